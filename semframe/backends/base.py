@@ -1,0 +1,126 @@
+"""The one narrow backend protocol and the plain data that crosses it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One prompt of a relQuery, as the planner rendered it.
+
+    Attributes
+    ----------
+    id : int
+        Position in execution order (``Plan.requests[id]``).
+    row : int
+        Position of the row in the caller's frame.
+    prompt : str
+        The user message: shared instructions, then the row's labeled fields.
+    system : str or None
+        Optional system message (shared by the whole relQuery).
+    max_tokens : int
+        Upper bound on generated tokens.
+    temperature : float
+        Sampling temperature.
+    schema : mapping or None
+        JSON schema the answer must follow, for backends that constrain decoding.
+    group : int
+        Prefix group: consecutive requests sharing their leading field.
+    """
+
+    id: int
+    row: int
+    prompt: str
+    system: str | None
+    max_tokens: int
+    temperature: float
+    schema: Mapping[str, Any] | None
+    group: int
+
+    def messages(self) -> list[dict[str, str]]:
+        """Chat messages for this request (system first, when given)."""
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        msgs.append({"role": "user", "content": self.prompt})
+        return msgs
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one completion, as the backend reported it."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.output_tokens + other.output_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A backend's answer to one request."""
+
+    request_id: int
+    text: str
+    usage: Usage
+    finish_reason: str | None = None
+    logprobs: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do; the executor reads these instead of type checks.
+
+    Attributes
+    ----------
+    prefix_cache : {"none", "per_slot", "shared"}
+        Where prefix reuse happens: nowhere, in a per-slot KV cache (llama.cpp:
+        route a prefix group to one slot), or in one shared cache (vLLM, APIs).
+    json_schema : bool
+        Whether ``Request.schema`` constrains decoding.
+    logprobs : bool
+        Whether completions carry token logprobs.
+    max_concurrency : int
+        Requests the backend serves at once.
+    context_window : int or None
+        Tokens per request (prompt + output), when known.
+    """
+
+    prefix_cache: Literal["none", "per_slot", "shared"] = "none"
+    json_schema: bool = False
+    logprobs: bool = False
+    max_concurrency: int = 1
+    context_window: int | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the executor needs from an LLM engine or API."""
+
+    name: str
+    model: str
+    capabilities: Capabilities
+
+    def generate(
+        self, requests: Sequence[Request], *, slot: int | None = None
+    ) -> Iterator[Completion]:
+        """Answer ``requests`` in order, one completion each.
+
+        ``slot`` is a routing hint: requests given the same slot should be
+        served by the same cache (a llama.cpp slot, a cache key). A request that
+        fails in a retryable way raises :class:`semframe.errors.TransientError`.
+        """
+        ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of ``texts`` under the backend's tokenizer."""
+        ...

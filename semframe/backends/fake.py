@@ -1,0 +1,183 @@
+"""A deterministic backend that ships in the package: for tests, doctests and demos.
+
+It answers without a model, records every request it receives, simulates a
+per-slot prefix cache (so cached-token statistics behave like a real engine's),
+and can be scripted to fail.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from semframe._util import common_prefix_len
+from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.errors import TransientError
+
+_POSITIVE = re.compile(
+    r"\b(good|great|love[ds]?|best|excellent|wonderful|brilliant|delight\w*|yes|fun|"
+    r"masterpiece|superb|enjoy\w*|positive)\b",
+    re.IGNORECASE,
+)
+
+
+def _fake_tokens(text: str) -> int:
+    """The fake tokenizer: one token per 4 characters, rounded up."""
+    return (len(text) + 3) // 4
+
+
+def default_answer(request: Request) -> str:
+    """The fake model's answer: keyword sentiment for yes/no, an echo otherwise.
+
+    Examples
+    --------
+    >>> r = Request(0, 0, "Is [r] positive?\\n\\nr: a great film\\n", None, 8, 0.0,
+    ...             {"type": "object"}, 0)
+    >>> default_answer(r)
+    '{"answer": "yes"}'
+    """
+    body = request.prompt.rsplit("\n\n", 1)[-1]
+    if request.schema is not None:
+        return '{"answer": "yes"}' if _POSITIVE.search(body) else '{"answer": "no"}'
+    values = [line.split(": ", 1)[-1] for line in body.strip("\n").splitlines()]
+    text = "fake: " + " | ".join(values)
+    limit = max(request.max_tokens, 1) * 4
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class FakeBackend:
+    """Deterministic in-process backend.
+
+    Parameters
+    ----------
+    responder : callable, optional
+        ``Request -> str``; defaults to :func:`default_answer`.
+    max_concurrency : int
+        Slots it pretends to have (each with its own prefix cache).
+    context_window : int
+        Context window in fake tokens (4 characters each).
+
+    Attributes
+    ----------
+    history : list of Request
+        Every request received, in arrival order.
+
+    Examples
+    --------
+    >>> fake = FakeBackend()
+    >>> fake.enqueue("scripted answer")
+    >>> r = Request(0, 0, "Say hi to {n}\\n\\nn: Bob\\n", None, 8, 0.0, None, 0)
+    >>> [c.text for c in fake.generate([r, r])]
+    ['scripted answer', 'fake: Bob']
+    >>> len(fake.history)
+    2
+    """
+
+    name = "fake"
+
+    def __init__(
+        self,
+        responder: Callable[[Request], str] | None = None,
+        *,
+        model: str = "fake-model",
+        max_concurrency: int = 1,
+        context_window: int = 32768,
+        json_schema: bool = True,
+    ) -> None:
+        self.model = model
+        self.responder = responder or default_answer
+        self.capabilities = Capabilities(
+            prefix_cache="per_slot",
+            json_schema=json_schema,
+            logprobs=False,
+            max_concurrency=max_concurrency,
+            context_window=context_window,
+        )
+        self.history: list[Request] = []
+        self._queue: deque[str | BaseException] = deque()
+        self._slots: dict[int | None, str] = {}
+        self._lock = threading.Lock()
+
+    def enqueue(self, *answers: str | BaseException) -> None:
+        """Answer the next requests with ``answers`` (an exception is raised instead)."""
+        self._queue.extend(answers)
+
+    def generate(
+        self, requests: Sequence[Request], *, slot: int | None = None
+    ) -> Iterator[Completion]:
+        """Answer each request; see :class:`semframe.backends.base.Backend`."""
+        for request in requests:
+            with self._lock:
+                self.history.append(request)
+                scripted = self._queue.popleft() if self._queue else None
+                cached_prompt = self._slots.get(slot, "")
+                self._slots[slot] = request.prompt
+            if isinstance(scripted, BaseException):
+                raise scripted
+            text = scripted if scripted is not None else self.responder(request)
+            common = common_prefix_len(cached_prompt, request.prompt)
+            yield Completion(
+                request.id,
+                text,
+                Usage(
+                    prompt_tokens=_fake_tokens(request.prompt),
+                    cached_tokens=common // 4,
+                    output_tokens=_fake_tokens(text),
+                ),
+                finish_reason="stop",
+            )
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Fake token counts: one per 4 characters."""
+        return [_fake_tokens(t) for t in texts]
+
+
+def flaky(answer: Callable[[Request], str], fail_rows: dict[int, int]) -> Callable[[Request], str]:
+    """Wrap a responder so that row ``r`` fails ``fail_rows[r]`` times with a TransientError.
+
+    Examples
+    --------
+    >>> respond = flaky(lambda r: "ok", {0: 1})
+    >>> r = Request(0, 0, "p", None, 8, 0.0, None, 0)
+    >>> try:
+    ...     respond(r)
+    ... except TransientError as e:
+    ...     print(e)
+    injected failure for row 0
+    >>> respond(r)
+    'ok'
+    """
+    remaining = dict(fail_rows)
+    lock = threading.Lock()
+
+    def respond(request: Request) -> str:
+        with lock:
+            left = remaining.get(request.row, 0)
+            if left:
+                remaining[request.row] = left - 1
+        if left:
+            msg = f"injected failure for row {request.row}"
+            raise TransientError(msg)
+        return answer(request)
+
+    return respond
+
+
+_shared: dict[str | None, FakeBackend] = {}
+
+
+def create(model: str | None, settings: Mapping[str, Any]) -> FakeBackend:
+    """Factory used by ``backend="fake"``: one shared instance per model name.
+
+    Sharing keeps ``history`` across calls, so a test or a demo can inspect what
+    an operator sent.
+    """
+    key = model
+    backend = _shared.get(key)
+    if backend is None:
+        backend = FakeBackend(model=model or "fake-model")
+        _shared[key] = backend
+    return backend

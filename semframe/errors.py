@@ -1,0 +1,140 @@
+"""The one error hierarchy of semframe.
+
+Every error raised on purpose by semframe derives from :class:`SemframeError`, so
+``except semframe.SemframeError`` catches them all. Messages name what was wrong
+and what would have been valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class SemframeError(Exception):
+    """Base class of all semframe errors."""
+
+
+class TemplateError(SemframeError, ValueError):
+    """A prompt template is malformed (empty, unbalanced braces, no placeholders...)."""
+
+
+class ColumnError(SemframeError, KeyError):
+    """A template names a column the frame does not have."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class ConfigError(SemframeError, ValueError):
+    """An unknown backend, option or invalid option value."""
+
+
+class InputError(SemframeError, ValueError):
+    """Input data cannot be sent as it is (unsupported frame type, cell too long...)."""
+
+
+class BackendError(SemframeError, RuntimeError):
+    """A backend failed in a way that is not specific to one row."""
+
+
+class MissingDependencyError(SemframeError, ImportError):
+    """An optional dependency is not installed; the message gives the install line."""
+
+
+class TransientError(SemframeError):
+    """A per-request failure that is worth retrying (timeout, 429, 5xx, connection).
+
+    Backends raise it from ``generate``; the executor retries with backoff and
+    records it against the row if retries run out.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class RowError:
+    """Why one row has no value.
+
+    Attributes
+    ----------
+    row : int
+        Position of the row in the caller's frame (0-based).
+    label : object
+        The row's index label in the caller's frame (position for Polars).
+    kind : str
+        ``"parse"`` (answer did not match the expected format), ``"backend"``
+        (the request failed after retries) or ``"context"``.
+    message : str
+        Human-readable detail, including the raw answer for parse errors.
+    attempts : int
+        How many times the request was sent.
+    """
+
+    row: int
+    label: object
+    kind: str
+    message: str
+    attempts: int
+
+
+class RowErrors(SemframeError):
+    """Some rows failed after retries; nothing that succeeded is lost.
+
+    Attributes
+    ----------
+    errors : tuple of RowError
+        One entry per failed row, in the caller's row order.
+    result : object
+        The frame the call would have returned, with failed rows holding a
+        missing value in the output column (for ``filter``: failed rows are
+        included, and the ``error`` column says why). Use it to keep the paid-for
+        answers, or re-run with ``on_error="column"`` to get it directly.
+    """
+
+    def __init__(self, errors: Iterable[RowError], result: Any) -> None:
+        self.errors = tuple(errors)
+        self.result = result
+        n = len(self.errors)
+        shown = "\n".join(
+            f"  row {e.row} (label {e.label!r}): {e.kind} error after {e.attempts} "
+            f"attempt(s): {e.message}"
+            for e in self.errors[:5]
+        )
+        more = f"\n  ... and {n - 5} more" if n > 5 else ""
+        msg = (
+            f"{n} row(s) failed; the other rows succeeded and are in `.result` of this "
+            f"exception (or pass on_error='column' to get them with an error column).\n"
+            f"{shown}{more}"
+        )
+        super().__init__(msg)
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """Return a ``" Did you mean 'x'?"`` hint, or an empty string.
+
+    Examples
+    --------
+    >>> did_you_mean("moive_title", ["movie_title", "review"])
+    " Did you mean 'movie_title'?"
+    >>> did_you_mean("zzz", ["movie_title"])
+    ''
+    """
+    import difflib
+
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def format_choices(valid: Iterable[object] | Mapping[str, object]) -> str:
+    """Format valid choices for an error message.
+
+    Examples
+    --------
+    >>> format_choices(["a", "b"])
+    "'a', 'b'"
+    """
+    return ", ".join(repr(v) for v in valid)

@@ -1,0 +1,351 @@
+"""Run a plan on a backend: group-aware dispatch, retries, progress, statistics.
+
+Dispatch follows the prefix groups of the plan (see "Concurrency meets prefix
+caches" in the design). Each worker owns one slot of the backend. A worker takes
+the next unstarted prefix group and sends its requests one after another to its
+own slot, so the group's shared prefix is computed once and then served from
+that slot's cache. When no group is left unstarted, an idle worker helps with
+the group that has the most requests left, but only after that group's first
+request has finished, so that the shared prefix is cached before anyone else
+needs it. Other groups keep the other slots busy meanwhile.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from semframe.backends.base import Backend, Completion, Request, Usage
+from semframe.errors import SemframeError, TransientError
+from semframe.parse import ParseError
+from semframe.plan import Plan
+from semframe.progress import Progress
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one request: a parsed value, or why there is none.
+
+    Attributes
+    ----------
+    value : object
+        The parsed answer (``None`` when ``error`` is set).
+    raw : str or None
+        The raw answer text of the last attempt.
+    error_kind : str or None
+        ``"parse"`` or ``"backend"`` when the row failed.
+    error : str or None
+        Detail of the failure.
+    attempts : int
+        Times the request was sent.
+    """
+
+    value: Any
+    raw: str | None
+    error_kind: str | None
+    error: str | None
+    attempts: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether the row has a value."""
+        return self.error_kind is None
+
+
+@dataclass(frozen=True, slots=True)
+class RunStats:
+    """Statistics of one operator call (``semframe.last_run()``).
+
+    Token figures are what the backend reported, summed over every attempt.
+    """
+
+    op: str
+    backend: str
+    model: str
+    reorder: str
+    rows: int
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    errors: int
+    retries: int
+    wall_seconds: float
+    workers: int
+    expected_hit_rate: float
+
+    @property
+    def cached_share(self) -> float:
+        """Share of prompt tokens served from the backend's prefix cache."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"RunStats({self.op} on {self.backend}/{self.model}, reorder={self.reorder}: "
+            f"{self.rows} rows, {self.requests} requests, {self.errors} errors, "
+            f"{self.retries} retries; prompt {self.prompt_tokens:,} tok, cached "
+            f"{self.cached_tokens:,} ({self.cached_share:.1%}), output {self.output_tokens:,} "
+            f"tok; {self.wall_seconds:.2f} s with {self.workers} worker(s))"
+        )
+
+
+_last_run: RunStats | None = None
+
+
+def last_run() -> RunStats | None:
+    """Statistics of the most recent operator call in this process.
+
+    Examples
+    --------
+    >>> import pandas as pd, semframe
+    >>> _ = pd.DataFrame({"t": ["a"]}).llm.map("Echo {t}", backend="fake")
+    >>> semframe.last_run().rows
+    1
+    """
+    return _last_run
+
+
+@dataclass
+class _Group:
+    start: int
+    stop: int
+    next: int
+    leader_done: bool = False
+
+
+class _Dispatcher:
+    """Hands out requests to workers, prefix group by prefix group."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.groups = [_Group(g.start, g.stop, g.start) for g in plan.groups]
+        self.unstarted: deque[int] = deque(range(len(self.groups)))
+        self.cond = threading.Condition()
+        self.in_flight = 0
+        self.stopped = False
+
+    def take(self, current: int | None) -> tuple[int, int] | None:
+        """Next (group, request) for a worker whose last group was ``current``."""
+        with self.cond:
+            while not self.stopped:
+                if current is not None:
+                    g = self.groups[current]
+                    if g.next < g.stop and g.leader_done:
+                        return self._pop(current)
+                if self.unstarted:
+                    return self._pop(self.unstarted.popleft())
+                best, best_left = None, 0
+                for i, g in enumerate(self.groups):
+                    left = g.stop - g.next
+                    if g.leader_done and left > best_left:
+                        best, best_left = i, left
+                if best is not None:
+                    return self._pop(best)
+                if self.in_flight == 0:
+                    return None
+                self.cond.wait()
+            return None
+
+    def _pop(self, index: int) -> tuple[int, int]:
+        g = self.groups[index]
+        request = g.next
+        g.next += 1
+        self.in_flight += 1
+        return index, request
+
+    def done(self, index: int, request: int) -> None:
+        with self.cond:
+            g = self.groups[index]
+            if request == g.start:
+                g.leader_done = True
+            self.in_flight -= 1
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+def execute(
+    plan: Plan,
+    backend: Backend,
+    *,
+    max_concurrency: int | None = None,
+    max_retries: int = 3,
+    parse_retries: int = 1,
+    progress: str = "auto",
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[list[Outcome], RunStats]:
+    """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
+
+    Parameters
+    ----------
+    plan : Plan
+        What to send, in order.
+    backend : Backend
+        Where to send it.
+    max_concurrency : int, optional
+        Upper bound on requests in flight (the backend's own limit applies too).
+    max_retries : int
+        Retries of a request that failed with a :class:`TransientError`.
+    parse_retries : int
+        Re-sends of a request whose answer did not parse.
+    progress : {"auto", "on", "off"}
+        Progress line mode.
+    sleep : callable
+        Used for backoff (tests pass a fake clock).
+
+    Returns
+    -------
+    outcomes : list of Outcome
+        Aligned with ``plan.requests`` (execution order).
+    stats : RunStats
+        Totals for the run.
+    """
+    global _last_run
+    start = time.monotonic()
+    n = len(plan.requests)
+    workers = max(1, min(backend.capabilities.max_concurrency, max_concurrency or n or 1, n or 1))
+    outcomes: list[Outcome | None] = [None] * n
+    totals = {"usage": Usage(), "sent": 0, "retries": 0}
+    lock = threading.Lock()
+    bar = Progress(n, f"{plan.relquery.op} on {backend.name}", mode=progress)
+    parse = plan.relquery.output.parse
+
+    def run_one(request: Request, slot: int) -> Outcome:
+        attempts = 0
+        transient_left = max_retries
+        parse_left = parse_retries
+        raw: str | None = None
+        while True:
+            attempts += 1
+            try:
+                completion = _one(backend, request, slot)
+            except TransientError as exc:
+                with lock:
+                    totals["sent"] += 1
+                if transient_left <= 0:
+                    return Outcome(None, raw, "backend", str(exc), attempts)
+                transient_left -= 1
+                with lock:
+                    totals["retries"] += 1
+                sleep(_backoff(attempts, exc.retry_after))
+                continue
+            raw = completion.text
+            with lock:
+                totals["sent"] += 1
+                totals["usage"] = totals["usage"] + completion.usage
+            try:
+                return Outcome(parse(raw), raw, None, None, attempts)
+            except ParseError as exc:
+                if parse_left <= 0:
+                    return Outcome(None, raw, "parse", str(exc), attempts)
+                parse_left -= 1
+                with lock:
+                    totals["retries"] += 1
+
+    def record(pos: int, outcome: Outcome) -> None:
+        outcomes[pos] = outcome
+        with lock:
+            usage = totals["usage"]
+            bar.update(
+                rows=1,
+                prompt_tokens=usage.prompt_tokens - bar.prompt_tokens,
+                cached_tokens=usage.cached_tokens - bar.cached_tokens,
+                errors=0 if outcome.ok else 1,
+            )
+
+    try:
+        if workers == 1:
+            for request in plan.requests:
+                record(request.id, run_one(request, 0))
+        else:
+            _run_threads(plan, workers, run_one, record)
+    finally:
+        bar.close()
+    done = [o for o in outcomes if o is not None]
+    if len(done) != n:  # pragma: no cover - guarded by the dispatcher
+        msg = f"internal error: {n - len(done)} requests were never answered"
+        raise SemframeError(msg)
+    usage = totals["usage"]
+    stats = RunStats(
+        op=plan.relquery.op,
+        backend=backend.name,
+        model=backend.model,
+        reorder=plan.reorder,
+        rows=n,
+        requests=totals["sent"],
+        prompt_tokens=usage.prompt_tokens,
+        cached_tokens=usage.cached_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        output_tokens=usage.output_tokens,
+        errors=sum(1 for o in done if not o.ok),
+        retries=totals["retries"],
+        wall_seconds=time.monotonic() - start,
+        workers=workers,
+        expected_hit_rate=plan.expected_hit_rate,
+    )
+    _last_run = stats
+    return done, stats
+
+
+def _one(backend: Backend, request: Request, slot: int) -> Completion:
+    for completion in backend.generate([request], slot=slot):
+        return completion
+    msg = f"backend {backend.name!r} returned no completion for request {request.id}"
+    raise TransientError(msg)
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    """Exponential backoff with full jitter; ``Retry-After`` wins when given."""
+    if retry_after is not None:
+        return max(0.0, retry_after)
+    return float(random.uniform(0, min(30.0, 0.5 * 2 ** (attempt - 1))))  # noqa: S311
+
+
+def _run_threads(
+    plan: Plan,
+    workers: int,
+    run_one: Callable[[Request, int], Outcome],
+    record: Callable[[int, Outcome], None],
+) -> None:
+    dispatcher = _Dispatcher(plan)
+    failures: list[BaseException] = []
+
+    def work(slot: int) -> None:
+        current: int | None = None
+        try:
+            while True:
+                taken = dispatcher.take(current)
+                if taken is None:
+                    return
+                current, pos = taken
+                try:
+                    record(pos, run_one(plan.requests[pos], slot))
+                finally:
+                    dispatcher.done(current, pos)
+        except BaseException as exc:  # a bug or an unexpected backend error: stop all
+            failures.append(exc)
+            dispatcher.stop()
+
+    threads = [
+        threading.Thread(target=work, args=(slot,), name=f"semframe-worker-{slot}", daemon=True)
+        for slot in range(workers)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)
+    except KeyboardInterrupt:
+        dispatcher.stop()
+        raise
+    if failures:
+        raise failures[0]

@@ -1,0 +1,237 @@
+"""Operators, frame-neutral: compile a call into a relQuery, plan it, run it.
+
+The accessors (``df.llm``) are thin shims over these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from semframe import reorder as _reorder
+from semframe.backends import Backend, get_backend
+from semframe.config import ResolvedConfig, config
+from semframe.errors import InputError, RowError, RowErrors, did_you_mean
+from semframe.execute import Outcome, RunStats, execute
+from semframe.frames import FrameAdapter, adapter_for
+from semframe.parse import BOOL, TEXT, OutputSpec
+from semframe.plan import Plan, RelQuery, make_plan
+from semframe.table import Table
+from semframe.template import parse_template
+
+OPS: dict[str, OutputSpec] = {"map": TEXT, "filter": BOOL}
+DEFAULT_MAX_TOKENS = {"map": 256, "filter": 16}
+TRUNCATION_MARK = "…"
+_CHAT_OVERHEAD_TOKENS = 32  # chat-template tokens around the messages, generously
+
+
+@dataclass(frozen=True)
+class Call:
+    """Everything an operator call resolved to, before anything is sent."""
+
+    frame: Any
+    adapter: FrameAdapter
+    settings: ResolvedConfig
+    plan: Plan
+
+
+def _apply_truncate(table: Table, truncate: int | Mapping[str, int] | None) -> Table:
+    if truncate is None:
+        return table
+    limits = (
+        dict.fromkeys(table.columns, truncate) if isinstance(truncate, int) else dict(truncate)
+    )
+    for name, limit in limits.items():
+        if name not in table.columns:
+            msg = (
+                f"truncate names column {name!r}, which the template does not use; "
+                f"template columns: {list(table.columns)}."
+            )
+            raise InputError(msg)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            msg = f"truncate limit for {name!r} must be a positive int (characters), got {limit!r}."
+            raise InputError(msg)
+    cells = dict(table.cells)
+    for name, limit in limits.items():
+        cells[name] = tuple(
+            v if len(v) <= limit else v[: max(limit - 1, 0)] + TRUNCATION_MARK
+            for v in cells[name]
+        )
+    return Table(table.columns, cells, table.n_rows)
+
+
+def compile_call(
+    frame: Any,
+    template: str,
+    *,
+    op: str,
+    max_tokens: int | None = None,
+    system: str | None = None,
+    examples: Sequence[Mapping[str, object]] | None = None,
+    truncate: int | Mapping[str, int] | None = None,
+    **settings: Any,
+) -> Call:
+    """Validate a call and build its plan; sends nothing.
+
+    Raises
+    ------
+    SemframeError
+        Any problem with the frame, template, options or settings, before any
+        request is sent.
+    """
+    if op not in OPS:
+        msg = f"unknown op {op!r}.{did_you_mean(op, OPS)} Valid ops: {', '.join(map(repr, OPS))}."
+        raise InputError(msg)
+    if type(frame).__module__.startswith("polars") and type(frame).__name__ == "LazyFrame":
+        frame = frame.collect()
+    adapter = adapter_for(frame)
+    cfg = config(**settings)
+    parsed = parse_template(template).resolve(adapter.columns(frame))
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS[op]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        msg = f"max_tokens must be a positive int, got {max_tokens!r}."
+        raise InputError(msg)
+    if system is not None and not isinstance(system, str):
+        msg = f"system must be a str or None, got {type(system).__name__}."
+        raise InputError(msg)
+    table = _apply_truncate(adapter.to_table(frame, parsed.fields), truncate)
+    rq = RelQuery(
+        op=op,
+        template=parsed,
+        table=table,
+        output=OPS[op],
+        system=system,
+        examples=tuple(examples or ()),
+        max_tokens=max_tokens,
+        temperature=cfg["temperature"],
+    )
+    method = cfg["reorder"]
+    ordering = _reorder.order(table, method)
+    return Call(frame, adapter, cfg, make_plan(rq, ordering, method))
+
+
+def check_context(call: Call, backend: Backend) -> None:
+    """Fail before sending if a prompt cannot fit the backend's context window.
+
+    A prompt's UTF-8 byte length bounds its token count from above, so only
+    prompts whose byte length might not fit are counted exactly.
+
+    Raises
+    ------
+    InputError
+        Naming the row, its longest column and the ``truncate=`` option.
+    """
+    window = backend.capabilities.context_window
+    if window is None:
+        return
+    plan = call.plan
+    budget = window - plan.relquery.max_tokens - _CHAT_OVERHEAD_TOKENS
+    system_bytes = len((plan.relquery.system or "").encode())
+    suspects = [
+        r for r in plan.requests if len(r.prompt.encode()) + system_bytes > budget
+    ]
+    if not suspects:
+        return
+    counts = backend.count_tokens([r.prompt + (r.system or "") for r in suspects])
+    for request, tokens in zip(suspects, counts, strict=True):
+        if tokens <= budget:
+            continue
+        table = plan.relquery.table
+        longest = max(table.columns, key=lambda c: len(table.cells[c][request.row]))
+        length = len(table.cells[longest][request.row])
+        label = call.adapter.labels(call.frame)[request.row]
+        suggestion = max(1, length * budget // max(tokens, 1) // 2)
+        msg = (
+            f"row {request.row} (label {label!r}) needs about {tokens} prompt tokens, but "
+            f"{backend.name}/{backend.model} allows {window} per request including "
+            f"max_tokens={plan.relquery.max_tokens}. Its longest cell is column {longest!r} "
+            f"({length:,} characters). Shorten it, or pass truncate={{{longest!r}: "
+            f"{suggestion}}} to cut cells to that many characters."
+        )
+        raise InputError(msg)
+
+
+def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
+    """Resolve the backend, check the context window, execute; outcomes in input order."""
+    cfg = call.settings
+    backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
+    check_context(call, backend)
+    outcomes, stats = execute(
+        call.plan,
+        backend,
+        max_concurrency=cfg["max_concurrency"],
+        max_retries=cfg["max_retries"],
+        progress=cfg["progress"],
+    )
+    return call.plan.restore(outcomes), stats
+
+
+def _row_errors(call: Call, outcomes: Sequence[Outcome]) -> list[RowError]:
+    labels = call.adapter.labels(call.frame)
+    return [
+        RowError(i, labels[i], o.error_kind or "", o.error or "", o.attempts)
+        for i, o in enumerate(outcomes)
+        if not o.ok
+    ]
+
+
+def llm_map(frame: Any, template: str, *, out: str = "llm_output", **kwargs: Any) -> Any:
+    """Implementation of ``df.llm.map``; see the accessor for documentation."""
+    call = compile_call(frame, template, op="map", **kwargs)
+    _check_out(call, out)
+    outcomes, _ = run_call(call)
+    result = call.adapter.with_column(call.frame, out, [o.value for o in outcomes], "str")
+    errors = _row_errors(call, outcomes)
+    if call.settings["on_error"] == "column":
+        result = call.adapter.with_column(
+            result, f"{out}_error", [None if o.ok else _describe(o) for o in outcomes], "str"
+        )
+    elif errors:
+        raise RowErrors(errors, result)
+    return _relazy(frame, result)
+
+
+def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
+    """Implementation of ``df.llm.filter``; see the accessor for documentation."""
+    call = compile_call(frame, template, op="filter", **kwargs)
+    outcomes, _ = run_call(call)
+    errors = _row_errors(call, outcomes)
+    keep = [i for i, o in enumerate(outcomes) if o.value is True or not o.ok]
+    result = call.adapter.take(call.frame, keep)
+    if errors:
+        result = call.adapter.with_column(
+            result, "llm_error", [None if outcomes[i].ok else _describe(outcomes[i]) for i in keep],
+            "str",
+        )
+        if call.settings["on_error"] != "column":
+            raise RowErrors(errors, _relazy(frame, result))
+    elif call.settings["on_error"] == "column":
+        result = call.adapter.with_column(result, "llm_error", [None] * len(keep), "str")
+    return _relazy(frame, result)
+
+
+def llm_plan(frame: Any, template: str, *, op: str = "map", **kwargs: Any) -> Plan:
+    """Implementation of ``df.llm.plan``: the plan, nothing sent."""
+    kwargs.pop("out", None)
+    return compile_call(frame, template, op=op, **kwargs).plan
+
+
+def _describe(outcome: Outcome) -> str:
+    return f"{outcome.error_kind}: {outcome.error} (after {outcome.attempts} attempt(s))"
+
+
+def _check_out(call: Call, out: str) -> None:
+    if not isinstance(out, str) or not out:
+        msg = f"out must be a non-empty column name, got {out!r}."
+        raise InputError(msg)
+    if out in call.adapter.columns(call.frame):
+        msg = f"out={out!r} would overwrite an existing column; choose another name."
+        raise InputError(msg)
+
+
+def _relazy(original: Any, result: Any) -> Any:
+    if type(original).__name__ == "LazyFrame":
+        return result.lazy()
+    return result

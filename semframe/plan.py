@@ -1,0 +1,289 @@
+"""relQueries and plans: what will be sent, in which order, before anything is sent.
+
+A :class:`RelQuery` is one template applied to many rows. :func:`make_plan`
+orders it (``semframe.reorder``) and renders each request following the prompt
+layout of the design: the shared instructions first (task, output format,
+examples), then the row's fields as labeled segments ``name: value`` in that
+row's field order. The estimator prices a :class:`Plan` and the executor runs
+the same plan, so the two cannot disagree about what is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from semframe._util import common_prefix_len
+from semframe.backends.base import Request
+from semframe.errors import InputError
+from semframe.ordering import Ordering
+from semframe.parse import OutputSpec
+from semframe.table import MISSING, Table, render_value
+from semframe.template import Template
+
+
+@dataclass(frozen=True)
+class RelQuery:
+    """One template applied to every row of a table.
+
+    Attributes
+    ----------
+    op : str
+        The operator that built it (``"map"``, ``"filter"``).
+    template : Template
+        The parsed template; ``template.fields`` are the columns sent.
+    table : Table
+        The rendered values of exactly those columns.
+    output : OutputSpec
+        Answer format (schema for constrained decoding, parser).
+    system : str or None
+        Optional system message.
+    examples : tuple of mapping
+        Few-shot examples: each maps every template field and ``"answer"`` to a value.
+    max_tokens : int
+        Output token limit per request.
+    temperature : float
+        Sampling temperature.
+    """
+
+    op: str
+    template: Template
+    table: Table
+    output: OutputSpec
+    system: str | None = None
+    examples: tuple[Mapping[str, object], ...] = ()
+    max_tokens: int = 256
+    temperature: float = 0.0
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The columns each prompt carries."""
+        return self.template.fields
+
+
+def render_instructions(rq: RelQuery) -> str:
+    """The shared instruction block: task, output format, examples.
+
+    Examples
+    --------
+    >>> from semframe.template import parse_template
+    >>> from semframe.parse import BOOL
+    >>> rq = RelQuery("filter", parse_template("Is {review} positive?"),
+    ...               Table.from_columns({"review": ["great"]}), BOOL,
+    ...               examples=({"review": "awful", "answer": "no"},))
+    >>> print(render_instructions(rq))
+    Is [review] positive?
+    Answer with a JSON object: {"answer": "yes"} or {"answer": "no"}.
+    <BLANKLINE>
+    Example:
+    review: awful
+    answer: no
+    """
+    lines = [rq.template.instruction().strip()]
+    if rq.output.instruction:
+        lines.append(rq.output.instruction)
+    text = "\n".join(lines)
+    for example in rq.examples:
+        missing = [f for f in rq.fields if f not in example]
+        if missing or "answer" not in example:
+            want = [*rq.fields, "answer"]
+            msg = (
+                f"example {dict(example)!r} lacks {[*missing, 'answer'][: len(missing) or 1]!r}; "
+                f"each example needs the keys {want!r}."
+            )
+            raise InputError(msg)
+        segs = "".join(f"{f}: {render_value(example[f])}\n" for f in rq.fields)
+        text += f"\n\nExample:\n{segs}answer: {render_value(example['answer'])}"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixGroup:
+    """A run of consecutive requests whose prompts share leading fields.
+
+    Attributes
+    ----------
+    start, stop : int
+        Requests ``start <= id < stop`` (execution positions).
+    key : tuple of (str, str)
+        The (field, value) pairs every request of the group starts with.
+    """
+
+    start: int
+    stop: int
+    key: tuple[tuple[str, str], ...]
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Ordered, rendered requests of a relQuery: exactly what a run sends.
+
+    Attributes
+    ----------
+    relquery : RelQuery
+        What is asked.
+    ordering : Ordering
+        Execution order of rows and per-row field order.
+    reorder : str
+        The reordering method that produced ``ordering``.
+    instructions : str
+        The shared instruction block every prompt starts with.
+    requests : tuple of Request
+        In execution order; ``requests[i].row == ordering.rows[i]``.
+    groups : tuple of PrefixGroup
+        Prefix groups in execution order (consecutive requests sharing their
+        first field).
+    shared_chars : tuple of int
+        For each request, how many leading prompt characters equal the previous
+        request's (what a cache holding only the previous prompt would serve).
+    """
+
+    relquery: RelQuery
+    ordering: Ordering
+    reorder: str
+    instructions: str
+    requests: tuple[Request, ...]
+    groups: tuple[PrefixGroup, ...]
+    shared_chars: tuple[int, ...] = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    @property
+    def prompt_chars(self) -> int:
+        """Total characters of all prompts."""
+        return sum(len(r.prompt) for r in self.requests)
+
+    @property
+    def expected_hit_rate(self) -> float:
+        """Share of prompt characters equal to the previous prompt's prefix."""
+        total = self.prompt_chars
+        return sum(self.shared_chars) / total if total else 0.0
+
+    def restore(self, values: Sequence[Any]) -> list[Any]:
+        """Values aligned with ``requests`` -> values in the caller's row order."""
+        return self.ordering.restore(values)
+
+    def explain(self, n: int = 3) -> str:
+        """A readable account of what will be sent, and in which order.
+
+        Parameters
+        ----------
+        n : int
+            How many requests and groups to show in full.
+        """
+        rq = self.relquery
+        sizes = [len(g) for g in self.groups]
+        lines = [
+            f"Plan: {rq.op} over {len(self.requests)} rows, fields {list(rq.fields)}",
+            f"  reorder: {self.reorder}; prefix groups: {len(self.groups)}"
+            + (f" (largest {max(sizes)}, mean {sum(sizes) / len(sizes):.1f})" if sizes else ""),
+            f"  prompt characters: {self.prompt_chars:,}; expected prefix reuse "
+            f"(previous prompt): {self.expected_hit_rate:.1%}",
+            f"  output: {rq.output.kind}, max_tokens={rq.max_tokens}, "
+            f"temperature={rq.temperature}",
+            f"  row order (first {min(n * 4, len(self.requests))}): "
+            f"{list(self.ordering.rows[: n * 4])}",
+        ]
+        distinct_orders = list(dict.fromkeys(self.ordering.fields))
+        lines.append(
+            f"  field orders: {len(distinct_orders)} distinct; first: "
+            f"{list(distinct_orders[0]) if distinct_orders else []}"
+        )
+        lines.append("  groups:")
+        for g in self.groups[:n]:
+            key = ", ".join(f"{c}={_short(v, 30)!r}" for c, v in g.key) or "(none)"
+            lines.append(f"    requests {g.start}-{g.stop - 1} ({len(g)}): {key}")
+        if len(self.groups) > n:
+            lines.append(f"    ... {len(self.groups) - n} more")
+        lines.append("  shared instructions:")
+        lines.extend("    | " + line for line in self.instructions.splitlines())
+        for req in self.requests[:n]:
+            lines.append(f"  request {req.id} (row {req.row}, group {req.group}):")
+            body = req.prompt[len(self.instructions) :].strip("\n")
+            lines.extend("    | " + _short(line, 100) for line in body.splitlines())
+        if len(self.requests) > n:
+            lines.append(f"  ... {len(self.requests) - n} more requests")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"Plan(op={self.relquery.op!r}, requests={len(self.requests)}, "
+            f"groups={len(self.groups)}, reorder={self.reorder!r}, "
+            f"expected_hit_rate={self.expected_hit_rate:.3f})"
+        )
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
+    """Render ``rq``'s requests in ``ordering``.
+
+    Examples
+    --------
+    >>> from semframe.template import parse_template
+    >>> from semframe.parse import TEXT
+    >>> t = Table.from_columns({"movie": ["Alien", "Alien"], "review": ["tense", "scary"]})
+    >>> rq = RelQuery("map", parse_template("Summarize {review} of {movie}."), t, TEXT)
+    >>> plan = make_plan(rq, Ordering.identity(2, ("movie", "review")), "none")
+    >>> print(plan.requests[1].prompt)
+    Summarize [review] of [movie].
+    <BLANKLINE>
+    movie: Alien
+    review: scary
+    <BLANKLINE>
+    >>> [(g.start, g.stop) for g in plan.groups]
+    [(0, 2)]
+    """
+    ordering.validate(rq.table.n_rows, rq.fields)
+    instructions = render_instructions(rq)
+    head = instructions + "\n\n"
+    labels = {f: f"{f}: " for f in rq.fields}
+    cells = rq.table.cells
+    system = rq.system
+    schema = rq.output.schema
+    requests: list[Request] = []
+    starts: list[int] = []
+    shared: list[int] = []
+    prev_prompt = ""
+    prev_first: tuple[str, str] | None = None
+    group_id = -1
+    for pos, (row, order) in enumerate(zip(ordering.rows, ordering.fields, strict=True)):
+        prompt = head + "".join(f"{labels[f]}{cells[f][row]}\n" for f in order)
+        first = (order[0], cells[order[0]][row]) if order else None
+        if pos == 0 or first is None or first != prev_first or first[1] == MISSING:
+            starts.append(pos)
+            group_id += 1
+        prev_first = first
+        requests.append(
+            Request(pos, row, prompt, system, rq.max_tokens, rq.temperature, schema, group_id)
+        )
+        shared.append(common_prefix_len(prev_prompt, prompt))
+        prev_prompt = prompt
+    bounds = zip(starts, [*starts[1:], len(requests)], strict=True)
+    groups = [PrefixGroup(a, b, _key_of(rq, ordering, a, b)) for a, b in bounds]
+    return Plan(rq, ordering, reorder, instructions, tuple(requests), tuple(groups), tuple(shared))
+
+
+def _key_of(
+    rq: RelQuery, ordering: Ordering, start: int, stop: int
+) -> tuple[tuple[str, str], ...]:
+    """The leading (field, value) pairs shared by requests ``start..stop-1``."""
+    cells = rq.table.cells
+    first_order = ordering.fields[start]
+    first_row = ordering.rows[start]
+    key: list[tuple[str, str]] = []
+    for depth, name in enumerate(first_order):
+        value = cells[name][first_row]
+        for pos in range(start + 1, stop):
+            order = ordering.fields[pos]
+            if order[depth] != name or cells[name][ordering.rows[pos]] != value:
+                return tuple(key)
+        key.append((name, value))
+    return tuple(key)

@@ -1,0 +1,102 @@
+"""A dependency-free progress line for runs longer than a moment."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """Rows done, tokens, cached share, elapsed and ETA on one redrawn line.
+
+    Parameters
+    ----------
+    total : int
+        Rows to do.
+    label : str
+        What is running (e.g. ``"map on local"``).
+    mode : {"auto", "on", "off"}
+        ``auto`` draws only on a terminal; ``on`` always; ``off`` never.
+    delay : float
+        Seconds before the first draw, so quick runs print nothing.
+    stream : file, optional
+        Where to draw (default: ``sys.stderr``).
+
+    Examples
+    --------
+    >>> import io
+    >>> out = io.StringIO()
+    >>> p = Progress(2, "map", mode="on", delay=0, stream=out)
+    >>> p.update(rows=1, prompt_tokens=100, cached_tokens=50)
+    >>> "1/2 rows" in out.getvalue() and "50% cached" in out.getvalue()
+    True
+    """
+
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        mode: str = "auto",
+        delay: float = 1.0,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.total = total
+        self.label = label
+        self.stream = stream or sys.stderr
+        isatty = getattr(self.stream, "isatty", lambda: False)()
+        self.enabled = mode == "on" or (mode == "auto" and isatty)
+        self.delay = delay
+        self.start = time.monotonic()
+        self.rows = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.errors = 0
+        self._last_draw = 0.0
+        self._drawn = False
+
+    def update(
+        self, *, rows: int = 0, prompt_tokens: int = 0, cached_tokens: int = 0, errors: int = 0
+    ) -> None:
+        """Add finished rows and their tokens; redraw at most ten times a second."""
+        self.rows += rows
+        self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
+        self.errors += errors
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.start < self.delay or (now - self._last_draw < 0.1 and self.rows < self.total):
+            return
+        self._last_draw = now
+        self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        elapsed = now - self.start
+        rate = self.rows / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.rows) / rate if rate > 0 else 0.0
+        share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        err = f" | {self.errors} errors" if self.errors else ""
+        line = (
+            f"\rsemframe {self.label}: {self.rows}/{self.total} rows | "
+            f"{self.prompt_tokens:,} prompt tok ({share:.0%} cached){err} | "
+            f"{_clock(elapsed)} elapsed | ETA {_clock(eta)}"
+        )
+        self.stream.write(line)
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        """Finish the line if anything was drawn."""
+        if self._drawn:
+            self._draw(time.monotonic())
+            self.stream.write("\n")
+            self.stream.flush()

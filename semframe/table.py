@@ -1,0 +1,245 @@
+"""Frame-neutral tables: the rendered text of the columns a relQuery uses.
+
+pandas and Polars specifics stop here: a frame is converted once, column by
+column, into a :class:`Table` of strings, and everything downstream (planner,
+reordering, estimator) works on that.
+
+Cell rendering is deterministic:
+
+- strings as they are; numbers as Python writes them (``3``, ``2.5``, ``1e+20``);
+- booleans as ``true`` / ``false``;
+- dates and datetimes in ISO 8601 (``2024-05-01``, ``2024-05-01T13:45:00``);
+- missing values (``None``, ``NaN``, ``NaT``, ``pd.NA``) as ``<missing>``;
+- lists and mappings as compact JSON; bytes as UTF-8 text when they decode,
+  else as ``0x``-prefixed hex.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from semframe.errors import InputError
+
+MISSING = "<missing>"
+"""How a missing cell is rendered in a prompt."""
+
+
+def render_value(value: object) -> str:
+    """Render one cell value as prompt text.
+
+    Examples
+    --------
+    >>> [render_value(v) for v in ["a", 3, 2.5, True, None, float("nan")]]
+    ['a', '3', '2.5', 'true', '<missing>', '<missing>']
+    >>> render_value(_dt.date(2024, 5, 1)), render_value(_dt.datetime(2024, 5, 1, 13, 45))
+    ('2024-05-01', '2024-05-01T13:45:00')
+    >>> render_value(["x", 1]), render_value({"k": None})
+    ('["x", 1]', '{"k": null}')
+    """
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return MISSING if math.isnan(value) else repr(value)
+    if isinstance(value, decimal.Decimal):
+        return MISSING if value.is_nan() else str(value)
+    if isinstance(value, _dt.datetime):
+        return _render_datetime(value)
+    if isinstance(value, (_dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, _dt.timedelta):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "0x" + raw.hex()
+    return _render_other(value)
+
+
+def _render_datetime(value: _dt.datetime) -> str:
+    if value.tzinfo is None and value.time() == _dt.time(0) and not value.microsecond:
+        return value.date().isoformat()
+    return value.isoformat()
+
+
+def _render_other(value: object) -> str:
+    # numpy scalars, pandas scalars and containers: avoid importing pandas/numpy here.
+    type_name = type(value).__name__
+    module = type(value).__module__
+    if type_name in {"NaTType", "NAType"}:
+        return MISSING
+    if module.startswith("pandas") and type_name == "Timestamp":
+        return _render_datetime(value.to_pydatetime())  # type: ignore[attr-defined]
+    if module.startswith("pandas") and type_name == "Timedelta":
+        return str(value.to_pytimedelta())  # type: ignore[attr-defined]
+    if module == "numpy":
+        if type_name.startswith("datetime64"):
+            import numpy as np
+
+            if np.isnat(value):  # type: ignore[call-overload]
+                return MISSING
+            return render_value(value.astype("datetime64[us]").item())  # type: ignore[attr-defined]
+        if hasattr(value, "item"):
+            return render_value(value.item())
+        if hasattr(value, "tolist"):
+            return render_value(value.tolist())
+    if isinstance(value, Mapping):
+        return json.dumps(_jsonable(value), ensure_ascii=False, sort_keys=False)
+    if isinstance(value, (list, tuple)) or (
+        hasattr(value, "tolist") and hasattr(value, "__len__")
+    ):
+        return json.dumps(_jsonable(value), ensure_ascii=False)
+    if isinstance(value, (set, frozenset)):
+        return json.dumps(sorted(_jsonable(list(value)), key=repr), ensure_ascii=False)
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert nested containers to JSON-able values, cells rendered for leaves."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    return render_value(value)
+
+
+def render_column(values: Sequence[object]) -> tuple[str, ...]:
+    """Render a column of cell values; fast for columns that are already text.
+
+    Examples
+    --------
+    >>> render_column(["a", None, 1])
+    ('a', '<missing>', '1')
+    """
+    return tuple([v if type(v) is str else render_value(v) for v in values])
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """The rendered text of some columns of a frame.
+
+    Attributes
+    ----------
+    columns : tuple of str
+        Column names, as the template names them.
+    cells : mapping of str to tuple of str
+        ``cells[c][r]`` is the rendered text of row ``r`` in column ``c``.
+    n_rows : int
+        Number of rows.
+
+    Examples
+    --------
+    >>> t = Table.from_columns({"a": ["x", "y"], "b": [1, None]})
+    >>> t.n_rows, t.columns, t.cells["b"]
+    (2, ('a', 'b'), ('1', '<missing>'))
+    >>> t.row(1)
+    {'a': 'y', 'b': '<missing>'}
+    """
+
+    columns: tuple[str, ...]
+    cells: Mapping[str, tuple[str, ...]]
+    n_rows: int
+
+    @classmethod
+    def from_columns(cls, data: Mapping[str, Sequence[object]]) -> Table:
+        """Build a table from a mapping of column name to cell values."""
+        columns = tuple(data)
+        lengths = {len(v) for v in data.values()}
+        if len(lengths) > 1:
+            msg = f"columns have different lengths: { {k: len(v) for k, v in data.items()} }"
+            raise InputError(msg)
+        n = lengths.pop() if lengths else 0
+        return cls(columns, {c: render_column(list(data[c])) for c in columns}, n)
+
+    def row(self, r: int) -> dict[str, str]:
+        """The rendered cells of row ``r``, by column."""
+        return {c: self.cells[c][r] for c in self.columns}
+
+    def select(self, columns: Sequence[str]) -> Table:
+        """A table with only ``columns`` (in that order)."""
+        return Table(tuple(columns), {c: self.cells[c] for c in columns}, self.n_rows)
+
+    def take(self, rows: Sequence[int]) -> Table:
+        """A table with only the rows at positions ``rows`` (in that order)."""
+        return Table(
+            self.columns,
+            {c: tuple(v[r] for r in rows) for c, v in self.cells.items()},
+            len(rows),
+        )
+
+
+def as_table(frame: object, columns: Sequence[str] | None = None) -> Table:
+    """Convert a pandas or Polars frame (or a :class:`Table`) into a :class:`Table`.
+
+    Only ``columns`` are converted (all columns when ``None``), and column names
+    are converted to ``str``.
+
+    Examples
+    --------
+    >>> as_table({"a": [1, 2]}).cells
+    {'a': ('1', '2')}
+    """
+    if isinstance(frame, Table):
+        return frame if columns is None else frame.select(columns)
+    if isinstance(frame, Mapping):
+        data = {str(k): list(v) for k, v in frame.items()}
+        if columns is not None:
+            data = {c: data[c] for c in columns}
+        return Table.from_columns(data)
+    module = type(frame).__module__.split(".")[0]
+    if module == "pandas":
+        return _from_pandas(frame, columns)
+    if module == "polars":
+        return _from_polars(frame, columns)
+    msg = (
+        f"unsupported frame type {type(frame).__module__}.{type(frame).__qualname__}; "
+        "semframe works on pandas.DataFrame, polars.DataFrame and polars.LazyFrame."
+    )
+    raise InputError(msg)
+
+
+def _from_pandas(frame: Any, columns: Sequence[str] | None) -> Table:
+    by_name = {str(c): c for c in frame.columns}
+    names = list(by_name) if columns is None else list(columns)
+    cells: dict[str, tuple[str, ...]] = {}
+    for name in names:
+        col = frame[by_name[name]]
+        cells[name] = _render_pandas_series(col)
+    return Table(tuple(names), cells, len(frame))
+
+
+def _render_pandas_series(col: Any) -> tuple[str, ...]:
+    import numpy as np
+
+    kind = col.dtype.kind
+    if isinstance(col.dtype, np.dtype) and kind in "iu":
+        # Plain numpy integers: no missing values possible.
+        return tuple(col.astype(str).tolist())
+    if kind == "M":
+        return render_column(col.dt.to_pydatetime().tolist() if len(col) else [])
+    return render_column(col.tolist())
+
+
+def _from_polars(frame: Any, columns: Sequence[str] | None) -> Table:
+    names = list(frame.columns) if columns is None else list(columns)
+    cells = {name: render_column(frame.get_column(name).to_list()) for name in names}
+    return Table(tuple(names), cells, frame.height)

@@ -1,0 +1,180 @@
+"""Prompt templates: ``{column}`` placeholders, ``{{`` and ``}}`` for literal braces.
+
+A template is both the question asked of every row and the list of columns
+whose values are sent. Nothing outside the named columns reaches the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from semframe.errors import ColumnError, TemplateError, did_you_mean
+
+
+@dataclass(frozen=True, slots=True)
+class Placeholder:
+    """A ``{column}`` reference inside a template."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A parsed prompt template.
+
+    Attributes
+    ----------
+    text : str
+        The template as the caller wrote it.
+    parts : tuple
+        Literal text (``str``, braces unescaped) and :class:`Placeholder` items.
+    fields : tuple of str
+        The distinct column names the template uses, in order of first use.
+
+    Examples
+    --------
+    >>> t = parse_template("Is {review} positive about {movie title}? {{yes}}")
+    >>> t.fields
+    ('review', 'movie title')
+    >>> t.instruction()
+    'Is [review] positive about [movie title]? {yes}'
+    """
+
+    text: str
+    parts: tuple[str | Placeholder, ...]
+    fields: tuple[str, ...]
+
+    def instruction(self) -> str:
+        """The template as shared instruction text: placeholders become ``[name]``.
+
+        The values themselves follow the instructions as labeled fields
+        (``name: value``), so the instruction refers to them by name.
+        """
+        return "".join(p if isinstance(p, str) else f"[{p.name}]" for p in self.parts)
+
+    def resolve(self, columns: Sequence[object]) -> Template:
+        """Check every placeholder against ``columns``; return the template unchanged.
+
+        Column names are compared as strings (``{0}`` names an integer column 0).
+        A placeholder with surrounding spaces (``{ review }``) matches the
+        stripped name when no column has the exact name.
+
+        Raises
+        ------
+        ColumnError
+            Naming the unknown column and listing the available ones.
+        """
+        names = [str(c) for c in columns]
+        available = set(names)
+        renamed: dict[str, str] = {}
+        for f in self.fields:
+            if f in available:
+                continue
+            if f.strip() in available:
+                renamed[f] = f.strip()
+                continue
+            shown = ", ".join(repr(n) for n in names) or "(the frame has no columns)"
+            msg = (
+                f"template names column {f!r}, which the frame does not have."
+                f"{did_you_mean(f, names)} Available columns: {shown}."
+            )
+            raise ColumnError(msg)
+        if not renamed:
+            return self
+        parts = tuple(
+            Placeholder(renamed.get(p.name, p.name)) if isinstance(p, Placeholder) else p
+            for p in self.parts
+        )
+        fields = tuple(dict.fromkeys(renamed.get(f, f) for f in self.fields))
+        return Template(self.text, parts, fields)
+
+
+def parse_template(text: object, *, require_fields: bool = True) -> Template:
+    """Parse a template string.
+
+    Parameters
+    ----------
+    text : str
+        The template, e.g. ``"Summarize {review} of {movie_title}."``.
+    require_fields : bool
+        Whether a template without any ``{column}`` is an error.
+
+    Raises
+    ------
+    TemplateError
+        Empty template, unbalanced or nested braces, empty ``{}``, or no
+        placeholders when ``require_fields``.
+
+    Examples
+    --------
+    >>> parse_template("Hello {name}").fields
+    ('name',)
+    >>> parse_template("Hello {name")
+    Traceback (most recent call last):
+    ...
+    semframe.errors.TemplateError: unbalanced '{' at position 6 in template 'Hello {name': close it with '}' or write '{{' for a literal brace.
+    """
+    if not isinstance(text, str):
+        msg = f"template must be a str, got {type(text).__name__}."
+        raise TemplateError(msg)
+    if not text.strip():
+        msg = (
+            "template is empty; write the instruction with {column} placeholders, "
+            "e.g. 'Summarize {review} in one sentence.'"
+        )
+        raise TemplateError(msg)
+    parts: list[str | Placeholder] = []
+    literal: list[str] = []
+    i, n = 0, len(text)
+    short = text if len(text) <= 80 else text[:77] + "..."
+    while i < n:
+        ch = text[i]
+        if ch == "{":
+            if i + 1 < n and text[i + 1] == "{":
+                literal.append("{")
+                i += 2
+                continue
+            close = text.find("}", i + 1)
+            nested = text.find("{", i + 1)
+            if close == -1 or (nested != -1 and nested < close):
+                msg = (
+                    f"unbalanced '{{' at position {i} in template {short!r}: close it with "
+                    "'}' or write '{{' for a literal brace."
+                )
+                raise TemplateError(msg)
+            name = text[i + 1 : close]
+            if not name.strip():
+                msg = (
+                    f"empty placeholder '{{}}' at position {i} in template {short!r}; "
+                    "put a column name inside, or write '{{}}' for literal braces."
+                )
+                raise TemplateError(msg)
+            if literal:
+                parts.append("".join(literal))
+                literal = []
+            parts.append(Placeholder(name))
+            i = close + 1
+            continue
+        if ch == "}":
+            if i + 1 < n and text[i + 1] == "}":
+                literal.append("}")
+                i += 2
+                continue
+            msg = (
+                f"unbalanced '}}' at position {i} in template {short!r}: "
+                "write '}}' for a literal brace."
+            )
+            raise TemplateError(msg)
+        literal.append(ch)
+        i += 1
+    if literal:
+        parts.append("".join(literal))
+    fields = tuple(dict.fromkeys(p.name for p in parts if isinstance(p, Placeholder)))
+    if require_fields and not fields:
+        msg = (
+            f"template {short!r} names no column; put the columns to send in braces, "
+            "e.g. 'Is {review} positive?'."
+        )
+        raise TemplateError(msg)
+    return Template(text, tuple(parts), fields)
