@@ -112,6 +112,13 @@ def last_run() -> RunStats | None:
 
 
 @dataclass
+class _Totals:
+    usage: Usage = Usage()
+    sent: int = 0
+    retries: int = 0
+
+
+@dataclass
 class _Group:
     start: int
     stop: int
@@ -172,6 +179,27 @@ class _Dispatcher:
             self.cond.notify_all()
 
 
+class _NaiveDispatcher(_Dispatcher):
+    """Baseline: plan order, first come first served, no group awareness."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan)
+        self.next = 0
+        self.total = len(plan.requests)
+
+    def take(self, current: int | None) -> tuple[int, int] | None:
+        with self.cond:
+            if self.stopped or self.next >= self.total:
+                return None
+            self.next += 1
+            self.in_flight += 1
+            return 0, self.next - 1
+
+    def done(self, index: int, request: int) -> None:
+        with self.cond:
+            self.in_flight -= 1
+
+
 def execute(
     plan: Plan,
     backend: Backend,
@@ -180,6 +208,7 @@ def execute(
     max_retries: int = 3,
     parse_retries: int = 1,
     progress: str = "auto",
+    group_aware: bool = True,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[list[Outcome], RunStats]:
     """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
@@ -198,6 +227,10 @@ def execute(
         Re-sends of a request whose answer did not parse.
     progress : {"auto", "on", "off"}
         Progress line mode.
+    group_aware : bool
+        Dispatch by prefix group (the default). ``False`` is the naive baseline
+        kept for benchmarks: requests go out in plan order to whichever worker
+        is free, with no slot hint.
     sleep : callable
         Used for backoff (tests pass a fake clock).
 
@@ -213,12 +246,12 @@ def execute(
     n = len(plan.requests)
     workers = max(1, min(backend.capabilities.max_concurrency, max_concurrency or n or 1, n or 1))
     outcomes: list[Outcome | None] = [None] * n
-    totals = {"usage": Usage(), "sent": 0, "retries": 0}
+    totals = _Totals()
     lock = threading.Lock()
     bar = Progress(n, f"{plan.relquery.op} on {backend.name}", mode=progress)
     parse = plan.relquery.output.parse
 
-    def run_one(request: Request, slot: int) -> Outcome:
+    def run_one(request: Request, slot: int | None) -> Outcome:
         attempts = 0
         transient_left = max_retries
         parse_left = parse_retries
@@ -229,18 +262,18 @@ def execute(
                 completion = _one(backend, request, slot)
             except TransientError as exc:
                 with lock:
-                    totals["sent"] += 1
+                    totals.sent += 1
                 if transient_left <= 0:
                     return Outcome(None, raw, "backend", str(exc), attempts)
                 transient_left -= 1
                 with lock:
-                    totals["retries"] += 1
+                    totals.retries += 1
                 sleep(_backoff(attempts, exc.retry_after))
                 continue
             raw = completion.text
             with lock:
-                totals["sent"] += 1
-                totals["usage"] = totals["usage"] + completion.usage
+                totals.sent += 1
+                totals.usage = totals.usage + completion.usage
             try:
                 return Outcome(parse(raw), raw, None, None, attempts)
             except ParseError as exc:
@@ -248,12 +281,12 @@ def execute(
                     return Outcome(None, raw, "parse", str(exc), attempts)
                 parse_left -= 1
                 with lock:
-                    totals["retries"] += 1
+                    totals.retries += 1
 
     def record(pos: int, outcome: Outcome) -> None:
         outcomes[pos] = outcome
         with lock:
-            usage = totals["usage"]
+            usage = totals.usage
             bar.update(
                 rows=1,
                 prompt_tokens=usage.prompt_tokens - bar.prompt_tokens,
@@ -266,27 +299,27 @@ def execute(
             for request in plan.requests:
                 record(request.id, run_one(request, 0))
         else:
-            _run_threads(plan, workers, run_one, record)
+            _run_threads(plan, workers, run_one, record, group_aware=group_aware)
     finally:
         bar.close()
     done = [o for o in outcomes if o is not None]
     if len(done) != n:  # pragma: no cover - guarded by the dispatcher
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
-    usage = totals["usage"]
+    usage = totals.usage
     stats = RunStats(
         op=plan.relquery.op,
         backend=backend.name,
         model=backend.model,
         reorder=plan.reorder,
         rows=n,
-        requests=totals["sent"],
+        requests=totals.sent,
         prompt_tokens=usage.prompt_tokens,
         cached_tokens=usage.cached_tokens,
         cache_write_tokens=usage.cache_write_tokens,
         output_tokens=usage.output_tokens,
         errors=sum(1 for o in done if not o.ok),
-        retries=totals["retries"],
+        retries=totals.retries,
         wall_seconds=time.monotonic() - start,
         workers=workers,
         expected_hit_rate=plan.expected_hit_rate,
@@ -295,7 +328,7 @@ def execute(
     return done, stats
 
 
-def _one(backend: Backend, request: Request, slot: int) -> Completion:
+def _one(backend: Backend, request: Request, slot: int | None) -> Completion:
     for completion in backend.generate([request], slot=slot):
         return completion
     msg = f"backend {backend.name!r} returned no completion for request {request.id}"
@@ -306,16 +339,18 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     """Exponential backoff with full jitter; ``Retry-After`` wins when given."""
     if retry_after is not None:
         return max(0.0, retry_after)
-    return float(random.uniform(0, min(30.0, 0.5 * 2 ** (attempt - 1))))  # noqa: S311
+    return float(random.uniform(0, min(30.0, 0.5 * 2 ** (attempt - 1))))
 
 
 def _run_threads(
     plan: Plan,
     workers: int,
-    run_one: Callable[[Request, int], Outcome],
+    run_one: Callable[[Request, int | None], Outcome],
     record: Callable[[int, Outcome], None],
+    *,
+    group_aware: bool,
 ) -> None:
-    dispatcher = _Dispatcher(plan)
+    dispatcher = _Dispatcher(plan) if group_aware else _NaiveDispatcher(plan)
     failures: list[BaseException] = []
 
     def work(slot: int) -> None:
@@ -327,7 +362,7 @@ def _run_threads(
                     return
                 current, pos = taken
                 try:
-                    record(pos, run_one(plan.requests[pos], slot))
+                    record(pos, run_one(plan.requests[pos], slot if group_aware else None))
                 finally:
                     dispatcher.done(current, pos)
         except BaseException as exc:  # a bug or an unexpected backend error: stop all

@@ -39,9 +39,7 @@ class Call:
 def _apply_truncate(table: Table, truncate: int | Mapping[str, int] | None) -> Table:
     if truncate is None:
         return table
-    limits = (
-        dict.fromkeys(table.columns, truncate) if isinstance(truncate, int) else dict(truncate)
-    )
+    limits = dict.fromkeys(table.columns, truncate) if isinstance(truncate, int) else dict(truncate)
     for name, limit in limits.items():
         if name not in table.columns:
             msg = (
@@ -55,8 +53,7 @@ def _apply_truncate(table: Table, truncate: int | Mapping[str, int] | None) -> T
     cells = dict(table.cells)
     for name, limit in limits.items():
         cells[name] = tuple(
-            v if len(v) <= limit else v[: max(limit - 1, 0)] + TRUNCATION_MARK
-            for v in cells[name]
+            v if len(v) <= limit else v[: max(limit - 1, 0)] + TRUNCATION_MARK for v in cells[name]
         )
     return Table(table.columns, cells, table.n_rows)
 
@@ -93,8 +90,8 @@ def compile_call(
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         msg = f"max_tokens must be a positive int, got {max_tokens!r}."
         raise InputError(msg)
-    if system is not None and not isinstance(system, str):
-        msg = f"system must be a str or None, got {type(system).__name__}."
+    if not isinstance(system, str | None):  # callers without type checking
+        msg = f"system must be a str or None, got {type(system).__name__}."  # type: ignore[unreachable]
         raise InputError(msg)
     table = _apply_truncate(adapter.to_table(frame, parsed.fields), truncate)
     rq = RelQuery(
@@ -129,9 +126,7 @@ def check_context(call: Call, backend: Backend) -> None:
     plan = call.plan
     budget = window - plan.relquery.max_tokens - _CHAT_OVERHEAD_TOKENS
     system_bytes = len((plan.relquery.system or "").encode())
-    suspects = [
-        r for r in plan.requests if len(r.prompt.encode()) + system_bytes > budget
-    ]
+    suspects = [r for r in plan.requests if len(r.prompt.encode()) + system_bytes > budget]
     if not suspects:
         return
     counts = backend.count_tokens([r.prompt + (r.system or "") for r in suspects])
@@ -202,7 +197,9 @@ def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
     result = call.adapter.take(call.frame, keep)
     if errors:
         result = call.adapter.with_column(
-            result, "llm_error", [None if outcomes[i].ok else _describe(outcomes[i]) for i in keep],
+            result,
+            "llm_error",
+            [None if outcomes[i].ok else _describe(outcomes[i]) for i in keep],
             "str",
         )
         if call.settings["on_error"] != "column":

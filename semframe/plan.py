@@ -106,13 +106,10 @@ class PrefixGroup:
     ----------
     start, stop : int
         Requests ``start <= id < stop`` (execution positions).
-    key : tuple of (str, str)
-        The (field, value) pairs every request of the group starts with.
     """
 
     start: int
     stop: int
-    key: tuple[tuple[str, str], ...]
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -164,6 +161,10 @@ class Plan:
         total = self.prompt_chars
         return sum(self.shared_chars) / total if total else 0.0
 
+    def group_key(self, group: PrefixGroup) -> tuple[tuple[str, str], ...]:
+        """The leading (field, value) pairs every request of ``group`` starts with."""
+        return _key_of(self.relquery, self.ordering, group.start, group.stop)
+
     def restore(self, values: Sequence[Any]) -> list[Any]:
         """Values aligned with ``requests`` -> values in the caller's row order."""
         return self.ordering.restore(values)
@@ -184,8 +185,7 @@ class Plan:
             + (f" (largest {max(sizes)}, mean {sum(sizes) / len(sizes):.1f})" if sizes else ""),
             f"  prompt characters: {self.prompt_chars:,}; expected prefix reuse "
             f"(previous prompt): {self.expected_hit_rate:.1%}",
-            f"  output: {rq.output.kind}, max_tokens={rq.max_tokens}, "
-            f"temperature={rq.temperature}",
+            f"  output: {rq.output.kind}, max_tokens={rq.max_tokens}, temperature={rq.temperature}",
             f"  row order (first {min(n * 4, len(self.requests))}): "
             f"{list(self.ordering.rows[: n * 4])}",
         ]
@@ -196,7 +196,7 @@ class Plan:
         )
         lines.append("  groups:")
         for g in self.groups[:n]:
-            key = ", ".join(f"{c}={_short(v, 30)!r}" for c, v in g.key) or "(none)"
+            key = ", ".join(f"{c}={_short(v, 30)!r}" for c, v in self.group_key(g)) or "(none)"
             lines.append(f"    requests {g.start}-{g.stop - 1} ({len(g)}): {key}")
         if len(self.groups) > n:
             lines.append(f"    ... {len(self.groups) - n} more")
@@ -238,43 +238,52 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     movie: Alien
     review: scary
     <BLANKLINE>
-    >>> [(g.start, g.stop) for g in plan.groups]
-    [(0, 2)]
+    >>> [(g.start, g.stop) for g in plan.groups], plan.group_key(plan.groups[0])
+    ([(0, 2)], (('movie', 'Alien'),))
     """
     ordering.validate(rq.table.n_rows, rq.fields)
     instructions = render_instructions(rq)
     head = instructions + "\n\n"
-    labels = {f: f"{f}: " for f in rq.fields}
     cells = rq.table.cells
-    system = rq.system
-    schema = rq.output.schema
+    # Labeled segments, rendered column by column once.
+    segments = {f: [f"{f}: {v}\n" for v in cells[f]] for f in rq.fields}
+    missing = {f: {f"{f}: {MISSING}\n"} for f in rq.fields}
+    system, schema = rq.system, rq.output.schema
+    max_tokens, temperature = rq.max_tokens, rq.temperature
     requests: list[Request] = []
     starts: list[int] = []
     shared: list[int] = []
-    prev_prompt = ""
-    prev_first: tuple[str, str] | None = None
+    prev: list[str] = []
     group_id = -1
     for pos, (row, order) in enumerate(zip(ordering.rows, ordering.fields, strict=True)):
-        prompt = head + "".join(f"{labels[f]}{cells[f][row]}\n" for f in order)
-        first = (order[0], cells[order[0]][row]) if order else None
-        if pos == 0 or first is None or first != prev_first or first[1] == MISSING:
+        parts = [segments[f][row] for f in order]
+        if pos == 0:
+            shared.append(0)
+        else:
+            # Characters equal to the previous prompt: whole equal segments, then a partial one.
+            common = len(head)
+            for a, b in zip(prev, parts, strict=False):
+                if a == b:
+                    common += len(a)
+                else:
+                    common += common_prefix_len(a, b)
+                    break
+            shared.append(common)
+        if pos == 0 or not parts or parts[0] != prev[0] or parts[0] in missing[order[0]]:
             starts.append(pos)
             group_id += 1
-        prev_first = first
+        prev = parts
         requests.append(
-            Request(pos, row, prompt, system, rq.max_tokens, rq.temperature, schema, group_id)
+            Request(
+                pos, row, head + "".join(parts), system, max_tokens, temperature, schema, group_id
+            )
         )
-        shared.append(common_prefix_len(prev_prompt, prompt))
-        prev_prompt = prompt
-    bounds = zip(starts, [*starts[1:], len(requests)], strict=True)
-    groups = [PrefixGroup(a, b, _key_of(rq, ordering, a, b)) for a, b in bounds]
+    bounds = zip(starts, [*starts[1:], len(requests)], strict=False)
+    groups = [PrefixGroup(a, b) for a, b in bounds]
     return Plan(rq, ordering, reorder, instructions, tuple(requests), tuple(groups), tuple(shared))
 
 
-def _key_of(
-    rq: RelQuery, ordering: Ordering, start: int, stop: int
-) -> tuple[tuple[str, str], ...]:
-    """The leading (field, value) pairs shared by requests ``start..stop-1``."""
+def _key_of(rq: RelQuery, ordering: Ordering, start: int, stop: int) -> tuple[tuple[str, str], ...]:
     cells = rq.table.cells
     first_order = ordering.fields[start]
     first_row = ordering.rows[start]

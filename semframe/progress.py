@@ -74,7 +74,9 @@ class Progress:
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self.start < self.delay or (now - self._last_draw < 0.1 and self.rows < self.total):
+        if now - self.start < self.delay or (
+            now - self._last_draw < 0.1 and self.rows < self.total
+        ):
             return
         self._last_draw = now
         self._draw(now)

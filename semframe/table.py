@@ -55,7 +55,7 @@ def render_value(value: object) -> str:
     if isinstance(value, decimal.Decimal):
         return MISSING if value.is_nan() else str(value)
     if isinstance(value, _dt.datetime):
-        return _render_datetime(value)
+        return MISSING if value != value else _render_datetime(value)  # NaT != NaT
     if isinstance(value, (_dt.date, _dt.time)):
         return value.isoformat()
     if isinstance(value, _dt.timedelta):
@@ -92,15 +92,13 @@ def _render_other(value: object) -> str:
             if np.isnat(value):  # type: ignore[call-overload]
                 return MISSING
             return render_value(value.astype("datetime64[us]").item())  # type: ignore[attr-defined]
+        if type_name == "ndarray":
+            return render_value(value.tolist())  # type: ignore[attr-defined]
         if hasattr(value, "item"):
             return render_value(value.item())
-        if hasattr(value, "tolist"):
-            return render_value(value.tolist())
     if isinstance(value, Mapping):
         return json.dumps(_jsonable(value), ensure_ascii=False, sort_keys=False)
-    if isinstance(value, (list, tuple)) or (
-        hasattr(value, "tolist") and hasattr(value, "__len__")
-    ):
+    if isinstance(value, (list, tuple)) or (hasattr(value, "tolist") and hasattr(value, "__len__")):
         return json.dumps(_jsonable(value), ensure_ascii=False)
     if isinstance(value, (set, frozenset)):
         return json.dumps(sorted(_jsonable(list(value)), key=repr), ensure_ascii=False)
@@ -234,9 +232,23 @@ def _render_pandas_series(col: Any) -> tuple[str, ...]:
     if isinstance(col.dtype, np.dtype) and kind in "iu":
         # Plain numpy integers: no missing values possible.
         return tuple(col.astype(str).tolist())
-    if kind == "M":
-        return render_column(col.dt.to_pydatetime().tolist() if len(col) else [])
+    if kind == "M" and getattr(col.dtype, "tz", None) is None:
+        return _render_naive_datetimes(col.to_numpy(dtype="datetime64[us]"))
     return render_column(col.tolist())
+
+
+def _render_naive_datetimes(values: Any) -> tuple[str, ...]:
+    """Vectorised :func:`render_value` for a numpy ``datetime64[us]`` array."""
+    import numpy as np
+
+    text = np.datetime_as_string(values, unit="s")
+    micros = values.astype("int64") % 1_000_000
+    midnight = (values - values.astype("datetime64[D]")).astype("int64") == 0
+    out = np.where(midnight, np.char.ljust(text, 10).astype("<U10"), text).tolist()
+    nat = np.isnat(values)
+    for i in np.flatnonzero(nat | (micros != 0)).tolist():
+        out[i] = MISSING if nat[i] else render_value(values[i].item())
+    return tuple(out)
 
 
 def _from_polars(frame: Any, columns: Sequence[str] | None) -> Table:

@@ -110,10 +110,10 @@ def parse_template(text: object, *, require_fields: bool = True) -> Template:
     --------
     >>> parse_template("Hello {name}").fields
     ('name',)
-    >>> parse_template("Hello {name")
+    >>> parse_template("Hello {name")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    semframe.errors.TemplateError: unbalanced '{' at position 6 in template 'Hello {name': close it with '}' or write '{{' for a literal brace.
+    semframe.errors.TemplateError: unbalanced '{' at position 6 in template 'Hello {name': ...
     """
     if not isinstance(text, str):
         msg = f"template must be a str, got {type(text).__name__}."

@@ -38,6 +38,7 @@ def register_backend(name: str, factory: str | Callable[..., Backend]) -> None:
         _factories[name] = factory
         BACKENDS[name] = f"{factory.__module__}:{getattr(factory, '__name__', 'factory')}"
     else:
+        _factories.pop(name, None)
         BACKENDS[name] = factory
 
 

@@ -64,6 +64,8 @@ class FakeBackend:
     ----------
     history : list of Request
         Every request received, in arrival order.
+    slots : list of int or None
+        The slot hint each request of ``history`` came with.
 
     Examples
     --------
@@ -97,6 +99,7 @@ class FakeBackend:
             context_window=context_window,
         )
         self.history: list[Request] = []
+        self.slots: list[int | None] = []
         self._queue: deque[str | BaseException] = deque()
         self._slots: dict[int | None, str] = {}
         self._lock = threading.Lock()
@@ -112,6 +115,7 @@ class FakeBackend:
         for request in requests:
             with self._lock:
                 self.history.append(request)
+                self.slots.append(slot)
                 scripted = self._queue.popleft() if self._queue else None
                 cached_prompt = self._slots.get(slot, "")
                 self._slots[slot] = request.prompt

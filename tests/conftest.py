@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from semframe.backends import fake as fake_module
+from semframe.backends import register_backend
+from semframe.backends.fake import FakeBackend
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
+) -> Iterator[None]:
+    """No SEMFRAME_* variables, no config file, no configure() leftovers; progress off."""
+    for key in list(os.environ):
+        if key.startswith("SEMFRAME_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SEMFRAME_PROGRESS", "off")
+    sys.modules["semframe.config"]._global.clear()  # type: ignore[attr-defined]
+    fake_module._shared.clear()
+    yield
+    sys.modules["semframe.config"]._global.clear()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBackend]:
+    """A fresh fake backend registered as backend='fake' for this test."""
+    backend = FakeBackend()
+    register_backend("fake", lambda model, settings: backend)
+    yield backend
+    register_backend("fake", "semframe.backends.fake:create")
+
+
+def prompt_fields(prompt: str) -> dict[str, str]:
+    """The labeled fields of a rendered prompt (after the instructions)."""
+    body = prompt.rsplit("\n\n", 1)[-1]
+    out = {}
+    for line in body.strip("\n").split("\n"):
+        name, _, value = line.partition(": ")
+        out[name] = value
+    return out

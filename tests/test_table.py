@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+
+from semframe.errors import InputError
+from semframe.table import MISSING, Table, as_table, render_value
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("text", "text"),
+        ("", ""),
+        (3, "3"),
+        (-0, "0"),
+        (2.5, "2.5"),
+        (0.1, "0.1"),
+        (1e20, "1e+20"),
+        (float("nan"), MISSING),
+        (None, MISSING),
+        (True, "true"),
+        (False, "false"),
+        (decimal.Decimal("1.10"), "1.10"),
+        (dt.date(2024, 2, 29), "2024-02-29"),
+        (dt.datetime(2024, 2, 29), "2024-02-29"),
+        (dt.datetime(2024, 2, 29, 8, 30, 5), "2024-02-29T08:30:05"),
+        (dt.datetime(2024, 2, 29, 8, tzinfo=dt.UTC), "2024-02-29T08:00:00+00:00"),
+        (dt.time(8, 30), "08:30:00"),
+        (b"bytes", "bytes"),
+        (b"\xff\x00", "0xff00"),
+        ([1, "a", None], '[1, "a", null]'),
+        ({"k": [1.5]}, '{"k": [1.5]}'),
+        (np.int64(7), "7"),
+        (np.float32(0.5), "0.5"),
+        (np.bool_(True), "true"),
+        (pd.NaT, MISSING),
+        (pd.NA, MISSING),
+        (pd.Timestamp("2024-01-02 03:04:05"), "2024-01-02T03:04:05"),
+        (np.datetime64("NaT"), MISSING),
+        (np.array([1, 2]), "[1, 2]"),
+        ("ünïcödé ✓", "ünïcödé ✓"),
+    ],
+)
+def test_render_value(value: object, text: str) -> None:
+    assert render_value(value) == text
+
+
+def test_pandas_dtypes() -> None:
+    df = pd.DataFrame(
+        {
+            "i": [1, 2],
+            "n": pd.array([1, None], dtype="Int64"),
+            "f": [1.0, np.nan],
+            "b": [True, False],
+            "d": pd.to_datetime(["2024-01-01", None]),
+            "s": ["x", None],
+            "c": pd.Categorical(["u", "v"]),
+        }
+    )
+    t = as_table(df)
+    assert t.cells == {
+        "i": ("1", "2"),
+        "n": ("1", MISSING),
+        "f": ("1.0", MISSING),
+        "b": ("true", "false"),
+        "d": ("2024-01-01", MISSING),
+        "s": ("x", MISSING),
+        "c": ("u", "v"),
+    }
+
+
+def test_polars_dtypes() -> None:
+    df = pl.DataFrame(
+        {
+            "i": [1, None],
+            "f": [1.5, None],
+            "d": [dt.date(2024, 1, 1), None],
+            "l": [[1, 2], None],
+            "s": ["x", "y"],
+        }
+    )
+    assert as_table(df).cells == {
+        "i": ("1", MISSING),
+        "f": ("1.5", MISSING),
+        "d": ("2024-01-01", MISSING),
+        "l": ("[1, 2]", MISSING),
+        "s": ("x", "y"),
+    }
+
+
+def test_unsupported_frame() -> None:
+    with pytest.raises(InputError, match=r"unsupported frame type builtins\.list"):
+        as_table([1, 2])
+
+
+def test_table_take_select() -> None:
+    t = Table.from_columns({"a": ["1", "2", "3"], "b": ["x", "y", "z"]})
+    assert t.take([2, 0]).cells == {"a": ("3", "1"), "b": ("z", "x")}
+    assert t.select(["b"]).columns == ("b",)
+    with pytest.raises(InputError, match="different lengths"):
+        Table.from_columns({"a": [1], "b": [1, 2]})

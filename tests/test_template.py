@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semframe.errors import ColumnError, TemplateError
+from semframe.template import Placeholder, parse_template
+
+
+def test_placeholders_and_escapes() -> None:
+    t = parse_template("A {x} and {{literal}} and {y} and {x} again }}")
+    assert t.fields == ("x", "y")
+    assert t.instruction() == "A [x] and {literal} and [y] and [x] again }"
+
+
+def test_names_with_spaces_and_punctuation() -> None:
+    t = parse_template("Rate {movie title} by {critic's name (full)}: {score%}")
+    assert t.fields == ("movie title", "critic's name (full)", "score%")
+    assert t.resolve(["movie title", "critic's name (full)", "score%"]) is t
+
+
+def test_integer_column_names_are_strings() -> None:
+    assert parse_template("v={0}").resolve([0, 1]).fields == ("0",)
+
+
+def test_stripped_name_matches_when_exact_missing() -> None:
+    t = parse_template("Is { review } good?").resolve(["review"])
+    assert t.fields == ("review",)
+    assert t.parts[1] == Placeholder("review")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "template is empty"),
+        ("   \n", "template is empty"),
+        ("no fields here", "names no column"),
+        ("{{only escaped}}", "names no column"),
+        ("open {x", "unbalanced '{' at position 5"),
+        ("close x}", "unbalanced '}' at position 7"),
+        ("nested {a{b}}", "unbalanced '{' at position 7"),
+        ("empty {}", "empty placeholder"),
+        ("blank { }", "empty placeholder"),
+    ],
+)
+def test_bad_templates(text: str, fragment: str) -> None:
+    with pytest.raises(TemplateError, match=fragment):
+        parse_template(text)
+
+
+def test_non_string_template() -> None:
+    with pytest.raises(TemplateError, match="must be a str, got int"):
+        parse_template(3)
+
+
+def test_unknown_column_lists_available() -> None:
+    with pytest.raises(ColumnError) as info:
+        parse_template("Is {reveiw} good?").resolve(["review", "movie_title"])
+    message = str(info.value)
+    assert "'reveiw'" in message
+    assert "Did you mean 'review'?" in message
+    assert "Available columns: 'review', 'movie_title'" in message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_parser_never_crashes_unexpectedly(text: str) -> None:
+    """Fuzz: any string either parses or raises TemplateError; parses round-trip."""
+    try:
+        t = parse_template(text, require_fields=False)
+    except TemplateError:
+        return
+    rebuilt = "".join(
+        p.replace("{", "{{").replace("}", "}}") if isinstance(p, str) else "{" + p.name + "}"
+        for p in t.parts
+    )
+    assert parse_template(rebuilt, require_fields=False).parts == t.parts
