@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from semframe.backends.base import Backend, Completion, Request, Usage
 from semframe.errors import SemframeError, TransientError
@@ -27,8 +27,7 @@ from semframe.plan import Plan
 from semframe.progress import Progress
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What became of one request: a parsed value, or why there is none.
 
     Attributes
@@ -113,9 +112,21 @@ def last_run() -> RunStats | None:
 
 @dataclass
 class _Totals:
-    usage: Usage = Usage()
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
     sent: int = 0
     retries: int = 0
+    errors: int = 0
+    done: int = 0
+
+    def add(self, usage: Usage) -> None:
+        self.prompt_tokens += usage.prompt_tokens
+        self.cached_tokens += usage.cached_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
+        self.output_tokens += usage.output_tokens
+        self.sent += 1
 
 
 @dataclass
@@ -272,8 +283,7 @@ def execute(
                 continue
             raw = completion.text
             with lock:
-                totals.sent += 1
-                totals.usage = totals.usage + completion.usage
+                totals.add(completion.usage)
             try:
                 return Outcome(parse(raw), raw, None, None, attempts)
             except ParseError as exc:
@@ -286,13 +296,11 @@ def execute(
     def record(pos: int, outcome: Outcome) -> None:
         outcomes[pos] = outcome
         with lock:
-            usage = totals.usage
-            bar.update(
-                rows=1,
-                prompt_tokens=usage.prompt_tokens - bar.prompt_tokens,
-                cached_tokens=usage.cached_tokens - bar.cached_tokens,
-                errors=0 if outcome.ok else 1,
-            )
+            totals.done += 1
+            if not outcome.ok:
+                totals.errors += 1
+            if bar.enabled:
+                bar.update(totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors)
 
     try:
         if workers == 1:
@@ -306,7 +314,6 @@ def execute(
     if len(done) != n:  # pragma: no cover - guarded by the dispatcher
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
-    usage = totals.usage
     stats = RunStats(
         op=plan.relquery.op,
         backend=backend.name,
@@ -314,11 +321,11 @@ def execute(
         reorder=plan.reorder,
         rows=n,
         requests=totals.sent,
-        prompt_tokens=usage.prompt_tokens,
-        cached_tokens=usage.cached_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        output_tokens=usage.output_tokens,
-        errors=sum(1 for o in done if not o.ok),
+        prompt_tokens=totals.prompt_tokens,
+        cached_tokens=totals.cached_tokens,
+        cache_write_tokens=totals.cache_write_tokens,
+        output_tokens=totals.output_tokens,
+        errors=totals.errors,
         retries=totals.retries,
         wall_seconds=time.monotonic() - start,
         workers=workers,

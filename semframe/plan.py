@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from semframe._util import common_prefix_len
 from semframe.backends.base import Request
 from semframe.errors import InputError
 from semframe.ordering import Ordering
@@ -135,8 +134,9 @@ class Plan:
         Prefix groups in execution order (consecutive requests sharing their
         first field).
     shared_chars : tuple of int
-        For each request, how many leading prompt characters equal the previous
-        request's (what a cache holding only the previous prompt would serve).
+        For each request, how many leading prompt characters it shares with the
+        previous request, counted in whole labeled segments (what a prefix cache
+        holding only the previous prompt would serve; partial values do not count).
     """
 
     relquery: RelQuery
@@ -246,6 +246,7 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     head = instructions + "\n\n"
     cells = rq.table.cells
     # Labeled segments, rendered column by column once.
+    labels = {f: f"{f}: " for f in rq.fields}
     segments = {f: [f"{f}: {v}\n" for v in cells[f]] for f in rq.fields}
     missing = {f: {f"{f}: {MISSING}\n"} for f in rq.fields}
     system, schema = rq.system, rq.output.schema
@@ -260,14 +261,15 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
         if pos == 0:
             shared.append(0)
         else:
-            # Characters equal to the previous prompt: whole equal segments, then a partial one.
+            # Equal to the previous prompt: the instructions, whole equal segments, and
+            # the label of the first differing segment when it is the same field.
             common = len(head)
-            for a, b in zip(prev, parts, strict=False):
-                if a == b:
-                    common += len(a)
-                else:
-                    common += common_prefix_len(a, b)
+            for a, b, name in zip(prev, parts, order, strict=False):
+                if a != b:
+                    if a.startswith(labels[name]):
+                        common += len(labels[name])
                     break
+                common += len(a)
             shared.append(common)
         if pos == 0 or not parts or parts[0] != prev[0] or parts[0] in missing[order[0]]:
             starts.append(pos)

