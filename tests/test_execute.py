@@ -105,3 +105,14 @@ def test_unexpected_backend_errors_propagate() -> None:
     backend.enqueue("ok", RuntimeError("engine crashed"))
     with pytest.raises(RuntimeError, match="engine crashed"):
         execute(plan, backend, progress="off")
+
+
+def test_naive_dispatch_baseline_answers_everything_without_slot_hints() -> None:
+    movies = [m for m in "ABC" for _ in range(4)]
+    df = pd.DataFrame({"movie": movies, "review": [f"r{i}" for i in range(len(movies))]})
+    plan = _plan(df, "Review {review} of {movie}", reorder="stats")
+    backend = FakeBackend(Recorder(), max_concurrency=3)
+    outcomes, stats = execute(plan, backend, progress="off", group_aware=False)
+    assert [o.value for o in outcomes] == ["ok"] * len(df)
+    assert set(backend.slots) == {None}
+    assert stats.workers == 3
