@@ -2,47 +2,81 @@
 
 ``order(table, method)`` is the seam the planner calls. Methods:
 
-- ``"none"``: the caller's row order and the template's field order;
+- ``"ggr"`` (the planner's default): Greedy Group Recursion, rows and per-row field
+  orders chosen so that consecutive prompts share long prefixes
+  (:func:`ggr`);
 - ``"stats"``: one field order for all rows from table statistics (fields whose
-  values repeat most, weighted by length, first) and a lexicographic row sort.
+  values repeat most, weighted by length, first) and a lexicographic row sort;
+- ``"none"``: the caller's row order and the template's field order.
+
+Also here: the exact optimum for small tables (:func:`ophr`), the quality
+measures (:func:`phc`, :func:`hit_rate`, :func:`upper_bound`,
+:func:`evaluate`) and :func:`discover_fds`.
 """
 
 from __future__ import annotations
 
 from semframe.errors import ConfigError, format_choices
 from semframe.ordering import Ordering
+from semframe.reorder._encode import Tokenizer, encode
+from semframe.reorder.fds import discover_fds
+from semframe.reorder.ggr import assemble, ggr, ggr_encoded
+from semframe.reorder.metrics import OrderScore, evaluate, hit_rate, phc, upper_bound
+from semframe.reorder.ophr import OPHR_MAX_CELLS, ophr
+from semframe.reorder.stats import stats_order
 from semframe.table import Table
 
-METHODS = ("none", "stats")
+METHODS = ("ggr", "stats", "none")
+"""Valid values of ``reorder=``; the first, ``"ggr"``, is the planner's default."""
+
+__all__ = [
+    "METHODS",
+    "OPHR_MAX_CELLS",
+    "OrderScore",
+    "Tokenizer",
+    "discover_fds",
+    "evaluate",
+    "ggr",
+    "hit_rate",
+    "ophr",
+    "order",
+    "phc",
+    "upper_bound",
+]
 
 
-def order(table: Table, method: str = "none") -> Ordering:
+def order(table: Table, method: str = "none", *, tokenizer: Tokenizer | None = None) -> Ordering:
     """Order the rows and fields of ``table`` with ``method``.
+
+    Parameters
+    ----------
+    table : Table
+        The rendered cells of the relQuery's fields.
+    method : {"ggr", "stats", "none"}
+        The reordering method.
+    tokenizer : callable, optional
+        Token count of a string; lengths are characters when ``None``.
 
     Examples
     --------
     >>> t = Table.from_columns({"a": ["x", "y", "x"], "b": ["1", "2", "3"]})
     >>> order(t, "none").rows
     (0, 1, 2)
+    >>> order(t, "stats").rows
+    (0, 2, 1)
+    >>> o = order(t, "ggr")
+    >>> o.rows, o.fields[0]
+    ((0, 2, 1), ('a', 'b'))
     """
     if method == "none":
         return Ordering.identity(table.n_rows, table.columns)
+    if method == "ggr":
+        return ggr_encoded(encode(table, tokenizer))
     if method == "stats":
-        return _stats_order(table)
+        enc = encode(table, tokenizer)
+        if enc.n_columns == 0:
+            return Ordering.identity(table.n_rows, ())
+        rows, fields = stats_order(enc)
+        return assemble(enc, [(rows, fields)])
     msg = f"unknown reorder method {method!r}; valid: {format_choices(METHODS)}."
     raise ConfigError(msg)
-
-
-def _stats_order(table: Table) -> Ordering:
-    def score(col: str) -> float:
-        values = table.cells[col]
-        distinct = len(set(values))
-        avg_len = sum(map(len, values)) / max(len(values), 1)
-        return avg_len * avg_len * (len(values) - distinct)
-
-    fields = tuple(sorted(table.columns, key=lambda c: (-score(c), table.columns.index(c))))
-    keys = list(zip(*(table.cells[c] for c in fields), strict=True))
-    rows = tuple(sorted(range(table.n_rows), key=keys.__getitem__)) if fields else tuple(
-        range(table.n_rows)
-    )
-    return Ordering(rows, (fields,) * table.n_rows)

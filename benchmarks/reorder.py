@@ -1,0 +1,363 @@
+"""Reordering quality and solver time: original order, stats, GGR, OPHR.
+
+For each table, every order is scored with the paper's prefix hit count (PHC),
+PHC over its upper bound (no order can exceed the bound), and the share of
+prompt characters a prefix cache would serve (holding the previous prompt, or
+every earlier prompt). Prompts are the rows' labeled field segments
+``f"{column}: {value}\\n"`` only: the shared instructions in front of every
+prompt hit in any order and are left out. Solver seconds are the median wall
+time of the reordering call on an already rendered table (factorizing the
+columns and discovering functional dependencies included).
+
+Tables:
+
+- ``movies_small.csv`` (1,019 rows) with the template's fields ``movie_title,
+  movie_info, review_content``;
+- ``contributions.csv`` (15,000 rows, all 15 columns);
+- a synthetic table (``--rows``, ``--columns``, ``--cardinalities``,
+  ``--value-lengths``, ``--skew``, ``--fds``);
+- a tiny synthetic table on which OPHR (exact) fits.
+
+Then a scaling series of GGR over rows (``--scaling``) and the quality check of
+GGR against OPHR on ``--small-tables`` random small tables (up to 8 rows x 4
+columns, low cardinality): mean and minimum of ``PHC(GGR) / PHC(OPHR)``.
+
+    python benchmarks/reorder.py
+    python benchmarks/reorder.py --rows 50000 --fds 0>3,1>4 --repeats 3
+
+Writes ``benchmarks/results/reorder.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from semframe.ordering import Ordering
+from semframe.reorder import evaluate, ggr, ophr, order, phc
+from semframe.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = (ROOT / ".." / "shared" / "data").resolve()
+RESULTS = ROOT / "benchmarks" / "results" / "reorder.json"
+
+csv.field_size_limit(sys.maxsize)
+
+
+@dataclass(frozen=True)
+class Row:
+    order: str
+    phc: int
+    upper_bound: int
+    phc_ratio: float
+    hit_rate: float
+    hit_rate_unbounded: float
+    seconds: float | None
+    cpu_seconds: float | None
+    seconds_all: tuple[float, ...]
+
+
+def load_csv(path: Path, columns: list[str] | None = None) -> Table:
+    with path.open(newline="", encoding="utf-8") as f:
+        records = list(csv.DictReader(f))
+    names = columns or (list(records[0]) if records else [])
+    return Table.from_columns({c: [r[c] for r in records] for c in names})
+
+
+def synthetic(
+    rows: int,
+    columns: int,
+    cardinalities: list[int],
+    lengths: tuple[int, int],
+    *,
+    skew: float = 0.0,
+    fds: list[tuple[int, int]] | None = None,
+    seed: int = 0,
+) -> Table:
+    """Random table: column j has ``cardinalities[j % len]`` distinct values.
+
+    Values have random lengths in ``lengths``; cells follow a Zipf-like law
+    with exponent ``skew`` (0: uniform). Each planted FD ``(a, b)`` makes column
+    ``b`` a function of column ``a``.
+    """
+    rng = np.random.default_rng(seed)
+    codes: list[np.ndarray] = []
+    cards: list[int] = []
+    for j in range(columns):
+        k = max(1, min(cardinalities[j % len(cardinalities)], rows))
+        p = 1.0 / np.arange(1, k + 1) ** skew
+        codes.append(rng.choice(k, size=rows, p=p / p.sum()))
+        cards.append(k)
+    for a, b in fds or []:
+        mapping = rng.integers(0, cards[b], size=cards[a])
+        codes[b] = mapping[codes[a]]
+    data: dict[str, list[str]] = {}
+    lo, hi = lengths
+    for j in range(columns):
+        pool = []
+        for i, length in enumerate(rng.integers(lo, hi + 1, size=cards[j]).tolist()):
+            head = f"c{j}v{i}"
+            pool.append(head + "." * max(0, length - len(head)))
+        data[f"c{j}"] = [pool[c] for c in codes[j].tolist()]
+    return Table.from_columns(data)
+
+
+def timed(fn: Callable[[], Ordering], repeats: int) -> tuple[Ordering, list[float], list[float]]:
+    """Run ``fn`` once to warm up, then ``repeats`` times: (result, wall s, CPU s)."""
+    wall, cpu = [], []
+    result = fn()
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return result, wall, cpu
+
+
+def score_orders(table: Table, repeats: int, with_ophr: bool) -> list[Row]:
+    methods: list[tuple[str, Callable[[], Ordering]]] = [
+        ("original", lambda: order(table, "none")),
+        ("stats", lambda: order(table, "stats")),
+        ("ggr", lambda: ggr(table)),
+    ]
+    if with_ophr:
+        methods.append(("ophr", lambda: ophr(table)))
+    out = []
+    for name, fn in methods:
+        o, times, cpu = timed(fn, repeats if name != "original" else 1)
+        s = evaluate(table, o)
+        out.append(
+            Row(
+                name,
+                s.phc,
+                s.upper_bound,
+                s.phc_ratio,
+                s.hit_rate,
+                s.hit_rate_unbounded,
+                None if name == "original" else statistics.median(times),
+                None if name == "original" else statistics.median(cpu),
+                tuple(times) if name != "original" else (),
+            )
+        )
+    return out
+
+
+def print_table(title: str, rows: list[Row]) -> None:
+    print(f"\n### {title}\n")
+    print(
+        "| order | PHC | PHC / upper bound | hit rate (prev prompt) "
+        "| hit rate (unbounded) | solver seconds | CPU seconds |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        sec = "-" if r.seconds is None else f"{r.seconds:.4f}"
+        cpu = "-" if r.cpu_seconds is None else f"{r.cpu_seconds:.4f}"
+        print(
+            f"| {r.order} | {r.phc:,} | {r.phc_ratio:.3f} | {r.hit_rate:.3f} "
+            f"| {r.hit_rate_unbounded:.3f} | {sec} | {cpu} |"
+        )
+
+
+def random_small_table(rng: random.Random) -> Table:
+    n, m = rng.randint(2, 8), rng.randint(1, 4)
+    data = {}
+    for j in range(m):
+        k = rng.randint(1, 3)
+        pool = ["".join(rng.choice("abcdef") for _ in range(rng.randint(1, 4))) for _ in range(k)]
+        data[f"c{j}"] = [rng.choice(pool) for _ in range(n)]
+    return Table.from_columns(data)
+
+
+def quality_check(count: int, seed: int) -> dict[str, dict[str, float]]:
+    rng = random.Random(seed)
+    tables = [random_small_table(rng) for _ in range(count)]
+    solvers: dict[str, Callable[[Table], Ordering]] = {
+        "ggr": ggr,
+        "ggr (no lookahead: the paper's greedy)": lambda t: ggr(t, lookahead_cells=0),
+        "stats": lambda t: order(t, "stats"),
+    }
+    best = [phc(t, ophr(t)) for t in tables]
+    out: dict[str, dict[str, float]] = {}
+    for name, solve in solvers.items():
+        ratios = []
+        for t, b in zip(tables, best, strict=True):
+            ratios.append(phc(t, solve(t)) / b if b else 1.0)
+        out[name] = {
+            "mean_ratio": statistics.fmean(ratios),
+            "min_ratio": min(ratios),
+            "share_optimal": sum(r >= 1.0 - 1e-12 for r in ratios) / len(ratios),
+            "share_below_0.8": sum(r < 0.8 for r in ratios) / len(ratios),
+        }
+    return out
+
+
+def scaling(
+    sizes: list[int], args: argparse.Namespace, fds: list[tuple[int, int]]
+) -> list[dict[str, float]]:
+    out = []
+    for n in sizes:
+        table = synthetic(
+            n,
+            args.columns,
+            args.cardinalities,
+            args.value_lengths,
+            skew=args.skew,
+            fds=fds,
+            seed=args.seed,
+        )
+        o, times, cpu = timed(functools.partial(ggr, table), args.repeats)
+        med = statistics.median(times)
+        out.append(
+            {
+                "rows": n,
+                "columns": args.columns,
+                "seconds": med,
+                "cpu_seconds": statistics.median(cpu),
+                "seconds_all": times,
+                "microseconds_per_row": med / n * 1e6,
+                "ns_per_n_log2_n": med / (n * math.log2(n)) * 1e9,
+                "phc_ratio": evaluate(table, o).phc_ratio,
+            }
+        )
+    return out
+
+
+def parse_fds(text: str) -> list[tuple[int, int]]:
+    out = []
+    for part in filter(None, text.split(",")):
+        a, b = part.split(">")
+        out.append((int(a), int(b)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per solver")
+    parser.add_argument("--rows", type=int, default=100_000, help="synthetic rows")
+    parser.add_argument("--columns", type=int, default=10, help="synthetic columns")
+    parser.add_argument(
+        "--cardinalities",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[3, 10, 30, 100, 300, 1000, 3000, 10_000, 30_000, 100_000],
+        help="distinct values per synthetic column (cycled)",
+    )
+    parser.add_argument(
+        "--value-lengths",
+        type=lambda s: tuple(int(x) for x in s.split(":")),
+        default=(4, 40),
+        help="min:max characters of synthetic values",
+    )
+    parser.add_argument("--skew", type=float, default=1.0, help="Zipf exponent (0: uniform)")
+    parser.add_argument(
+        "--fds", default="0>1,3>4", help="planted FDs as 'a>b,...' (column indices)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--scaling",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[12_500, 25_000, 50_000, 100_000],
+        help="row counts of the GGR scaling series",
+    )
+    parser.add_argument("--small-tables", type=int, default=500)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    fds = parse_fds(args.fds)
+
+    report: dict[str, object] = {
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "load_average_at_start": os.getloadavg(),
+        },
+        "repeats": args.repeats,
+        "note": "hit rates count field segments only; seconds: median wall time, "
+        "cpu_seconds: median process CPU time",
+    }
+    tables: list[tuple[str, Table, bool]] = [
+        (
+            "movies_small.csv (movie_title, movie_info, review_content)",
+            load_csv(DATA / "movies_small.csv", ["movie_title", "movie_info", "review_content"]),
+            False,
+        ),
+        ("contributions.csv (all 15 columns)", load_csv(DATA / "contributions.csv"), False),
+        (
+            f"synthetic {args.rows:,} x {args.columns} (skew {args.skew}, FDs {args.fds or '-'})",
+            synthetic(
+                args.rows,
+                args.columns,
+                args.cardinalities,
+                args.value_lengths,
+                skew=args.skew,
+                fds=fds,
+                seed=args.seed,
+            ),
+            False,
+        ),
+        (
+            "synthetic 8 x 4 (cardinality 3, OPHR fits)",
+            synthetic(8, 4, [3], (1, 6), seed=args.seed),
+            True,
+        ),
+    ]
+    results = []
+    for title, table, with_ophr in tables:
+        rows = score_orders(table, args.repeats, with_ophr)
+        print_table(f"{title}: {table.n_rows:,} rows x {len(table.columns)} columns", rows)
+        results.append(
+            {
+                "table": title,
+                "rows": table.n_rows,
+                "columns": len(table.columns),
+                "orders": [asdict(r) for r in rows],
+            }
+        )
+    report["tables"] = results
+
+    series = scaling(args.scaling, args, fds)
+    print(f"\n### GGR scaling over rows ({args.columns} columns, same generator)\n")
+    print("| rows | seconds | CPU seconds | us / row | ns / (n log2 n) | PHC / upper bound |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for s in series:
+        print(
+            f"| {s['rows']:,} | {s['seconds']:.3f} | {s['cpu_seconds']:.3f} "
+            f"| {s['microseconds_per_row']:.1f} | {s['ns_per_n_log2_n']:.2f} "
+            f"| {s['phc_ratio']:.3f} |"
+        )
+    report["scaling"] = series
+
+    quality = quality_check(args.small_tables, args.seed)
+    print(f"\n### Quality against OPHR on {args.small_tables} random small tables\n")
+    print("| solver | mean PHC / OPHR | min | share optimal | share below 0.8 |")
+    print("|---|---:|---:|---:|---:|")
+    for name, q in quality.items():
+        print(
+            f"| {name} | {q['mean_ratio']:.4f} | {q['min_ratio']:.3f} "
+            f"| {q['share_optimal']:.3f} | {q['share_below_0.8']:.3f} |"
+        )
+    report["quality_vs_ophr"] = {"tables": args.small_tables, "solvers": quality}
+
+    report["load_average_at_end"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Integer encoding of a :class:`~semframe.table.Table` for the reordering algorithms.
+
+Every column is factorized once: its distinct values are sorted, and each cell
+becomes the rank of its value (so comparing codes within a column compares the
+strings, and a lexicographic sort of codes is a lexicographic sort of text).
+Lengths are measured once per distinct value, in characters or, given a
+tokenizer, in tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from semframe.errors import ColumnError, InputError, format_choices
+from semframe.ordering import Ordering
+from semframe.table import Table, as_table
+
+Tokenizer = Callable[[str], int]
+"""A function returning the number of tokens of a string."""
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class Encoded:
+    """A table as integer codes, with a length per distinct value.
+
+    Attributes
+    ----------
+    columns : tuple of str
+        Column names, in table order.
+    n_rows : int
+        Number of rows.
+    codes : ndarray of int64, shape (n_columns, n_rows)
+        ``codes[j, r]`` is the rank of row ``r``'s value among the sorted
+        distinct values of column ``j``.
+    values : tuple of tuple of str
+        The sorted distinct values of each column.
+    lengths : tuple of ndarray of int64
+        ``lengths[j][k]`` is the length of ``values[j][k]`` (characters or tokens).
+    """
+
+    columns: tuple[str, ...]
+    n_rows: int
+    codes: IntArray
+    values: tuple[tuple[str, ...], ...]
+    lengths: tuple[IntArray, ...]
+
+    @property
+    def n_columns(self) -> int:
+        """Number of columns."""
+        return len(self.columns)
+
+    def cardinality(self, j: int) -> int:
+        """Number of distinct values of column ``j``."""
+        return len(self.values[j])
+
+    def counts(self, j: int) -> IntArray:
+        """How many rows hold each distinct value of column ``j``."""
+        return np.bincount(self.codes[j], minlength=len(self.values[j])).astype(np.int64)
+
+
+def _factorize(values: Sequence[str]) -> tuple[tuple[str, ...], IntArray]:
+    uniq = tuple(sorted(set(values)))
+    index = dict(zip(uniq, range(len(uniq)), strict=True))
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    return uniq, codes
+
+
+def _measure(values: Sequence[str], tokenizer: Tokenizer | None) -> IntArray:
+    measure: Callable[[str], int] = len if tokenizer is None else tokenizer
+    out = np.fromiter(map(measure, values), dtype=np.int64, count=len(values))
+    if tokenizer is not None and out.size and int(out.min()) < 0:
+        msg = "tokenizer returned a negative token count; it must return an int >= 0."
+        raise InputError(msg)
+    return out
+
+
+def encode(table: Table, tokenizer: Tokenizer | None = None) -> Encoded:
+    """Factorize every column of ``table`` and measure its distinct values.
+
+    Examples
+    --------
+    >>> e = encode(Table.from_columns({"a": ["y", "x", "y"], "b": ["1", "1", "22"]}))
+    >>> e.codes.tolist(), e.values, [x.tolist() for x in e.lengths]
+    ([[1, 0, 1], [0, 0, 1]], (('x', 'y'), ('1', '22')), [[1, 1], [1, 2]])
+    """
+    n = table.n_rows
+    columns = tuple(table.columns)
+    codes = np.zeros((len(columns), n), dtype=np.int64)
+    values: list[tuple[str, ...]] = []
+    lengths: list[IntArray] = []
+    for j, col in enumerate(columns):
+        cells = table.cells[col]
+        if len(cells) != n:
+            msg = f"column {col!r} has {len(cells)} cells but the table has {n} rows."
+            raise InputError(msg)
+        uniq, codes[j] = _factorize(cells)
+        values.append(uniq)
+        lengths.append(_measure(uniq, tokenizer))
+    return Encoded(columns, n, codes, tuple(values), tuple(lengths))
+
+
+def to_table(frame: object, columns: Sequence[str] | None = None) -> Table:
+    """Convert ``frame`` (a Table, pandas or Polars frame, or mapping) to a Table.
+
+    Unknown column names raise :class:`~semframe.errors.ColumnError` naming the
+    available columns.
+    """
+    if columns is not None:
+        columns = list(columns)
+        if len(set(columns)) != len(columns):
+            msg = f"columns {columns!r} name a column more than once."
+            raise InputError(msg)
+        available = _column_names(frame)
+        if available is not None:
+            unknown = [c for c in columns if c not in available]
+            if unknown:
+                msg = (
+                    f"unknown column(s) {format_choices(unknown)}; "
+                    f"available: {format_choices(available)}."
+                )
+                raise ColumnError(msg)
+    return as_table(frame, columns)
+
+
+def _column_names(frame: object) -> list[str] | None:
+    if isinstance(frame, Table):
+        return list(frame.columns)
+    names = getattr(frame, "columns", None)
+    if names is not None:
+        return [str(c) for c in names]
+    if isinstance(frame, Mapping):
+        return [str(c) for c in frame]
+    return None
+
+
+def table_for(frame: object, ordering: Ordering) -> Table:
+    """The columns of ``frame`` that ``ordering`` orders, checked against it.
+
+    Raises
+    ------
+    SemframeError
+        If ``ordering`` is not a valid ordering of the frame's rows and of
+        the columns it names.
+    """
+    wanted: tuple[str, ...] = ordering.fields[0] if ordering.rows else ()
+    if not wanted:
+        # No columns to read: convert the frame only to learn its row count.
+        full = to_table(frame)
+        table = full.select(())
+    else:
+        available = _column_names(frame)
+        if available is not None:
+            position = {c: i for i, c in enumerate(available)}
+            wanted = tuple(sorted(wanted, key=lambda c: position.get(c, len(position))))
+        table = to_table(frame, wanted)
+    ordering.validate(table.n_rows, table.columns)
+    return table
