@@ -74,6 +74,12 @@ def _non_negative_float(value: object) -> float:
     return number
 
 
+def _reorder_method(value: object) -> str:
+    from semframe.reorder import METHODS
+
+    return _choice(*METHODS)(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One configurable setting: its name, parser, default and meaning."""
@@ -97,7 +103,7 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "reorder",
-            _opt_str,
+            _reorder_method,
             "ggr",
             "Row/field reordering: 'ggr', 'stats' or 'none'.",
         ),

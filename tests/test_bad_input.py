@@ -47,7 +47,7 @@ DF = pd.DataFrame({"movie_title": ["Alien", "Heat"], "review": ["tense", "long"]
         (
             lambda: DF.llm.map("Sum {review}", backend="fake", reorder="random"),
             ConfigError,
-            ["unknown reorder method 'random'", "valid:"],
+            ["invalid value for setting 'reorder'", "valid: 'ggr', 'stats', 'none'"],
         ),
         (
             lambda: DF.llm.map("Sum {review}", backend="fake", out="review"),
