@@ -20,7 +20,7 @@ class LLMAccessor:
     Every operator accepts these settings as keyword arguments, overriding
     ``semframe.using``/``configure``/environment/file settings for this call:
     ``backend``, ``model``, ``reorder``, ``max_concurrency``, ``temperature``,
-    ``max_retries``, ``timeout``, ``on_error``, ``progress`` (see
+    ``max_retries``, ``on_error``, ``progress`` (see
     ``semframe.config()``). Run statistics of the last call are in
     ``semframe.last_run()``.
     """

@@ -115,7 +115,6 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting("temperature", _non_negative_float, 0.0, "Sampling temperature."),
         Setting("max_retries", _non_negative_int, 3, "Retries of a failing request."),
-        Setting("timeout", _non_negative_float, 300.0, "Seconds before one request times out."),
         Setting(
             "on_error",
             _choice("raise", "column"),

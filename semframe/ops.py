@@ -21,7 +21,9 @@ from semframe.table import Table
 from semframe.template import parse_template
 
 OPS: dict[str, OutputSpec] = {"map": TEXT, "filter": BOOL}
-DEFAULT_MAX_TOKENS = {"map": 256, "filter": 16}
+# A JSON answer {"answer": "yes"} takes up to ~25 tokens with the whitespace small
+# models put in it; a cut-off answer would be a parse error.
+DEFAULT_MAX_TOKENS = {"map": 256, "filter": 32}
 TRUNCATION_MARK = "…"
 _CHAT_OVERHEAD_TOKENS = 32  # chat-template tokens around the messages, generously
 

