@@ -1,7 +1,7 @@
 """Quality and throughput of the bundled local GGUF models on a labeled sentiment slice.
 
-Standalone: talks to ``xllamacpp`` directly (no semframe import), so it measures the
-engine and the models, not the library.  For every model and answer mode it sends one
+Talks to ``xllamacpp`` directly (semframe only lends the Gemma chat template), so it
+measures the engine and the models, not the library.  For every model and answer mode it sends one
 chat request per labeled row, ``--parallel`` at a time from Python threads, and reports
 accuracy against the hand labels plus token throughput taken from the server's own
 ``usage`` / ``timings`` fields.
@@ -44,6 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from semframe.backends.local import GEMMA_TEMPLATE as LOCAL_GEMMA_TEMPLATE
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "movies_sentiment_labeled.csv"
 OUT = HERE / "results" / "local_models.json"
@@ -56,13 +58,8 @@ ANSWER_SCHEMA: dict[str, Any] = {
 }
 COMPACT_GRAMMAR = r'root ::= "{\"answer\": \"" ("yes" | "no") "\"}"'
 CHOICE_GRAMMAR = 'root ::= "yes" | "no"'
-GEMMA_TEMPLATE = (
-    "{{ bos_token }}{%- for message in messages -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else 'user' -%}"
-    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
-)
+# The Gemma GGUF has no chat template; use the one the local backend passes.
+GEMMA_TEMPLATE = LOCAL_GEMMA_TEMPLATE
 
 
 # --------------------------------------------------------------------------- models

@@ -186,7 +186,7 @@ def llm_map(frame: Any, template: str, *, out: str = "llm_output", **kwargs: Any
             result, f"{out}_error", [None if o.ok else _describe(o) for o in outcomes], "str"
         )
     elif errors:
-        raise RowErrors(errors, result)
+        raise RowErrors(errors, _relazy(frame, result))
     return _relazy(frame, result)
 
 
@@ -197,17 +197,12 @@ def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
     errors = _row_errors(call, outcomes)
     keep = [i for i, o in enumerate(outcomes) if o.value is True or not o.ok]
     result = call.adapter.take(call.frame, keep)
-    if errors:
-        result = call.adapter.with_column(
-            result,
-            "llm_error",
-            [None if outcomes[i].ok else _describe(outcomes[i]) for i in keep],
-            "str",
-        )
-        if call.settings["on_error"] != "column":
-            raise RowErrors(errors, _relazy(frame, result))
-    elif call.settings["on_error"] == "column":
-        result = call.adapter.with_column(result, "llm_error", [None] * len(keep), "str")
+    as_column = call.settings["on_error"] == "column"
+    if errors or as_column:
+        reasons = [None if outcomes[i].ok else _describe(outcomes[i]) for i in keep]
+        result = call.adapter.with_column(result, "llm_error", reasons, "str")
+    if errors and not as_column:
+        raise RowErrors(errors, _relazy(frame, result))
     return _relazy(frame, result)
 
 
