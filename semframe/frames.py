@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from semframe.errors import InputError
-from semframe.table import Table, as_table
+from semframe.table import Table, as_table, unsupported_frame
 
 
 class FrameAdapter(Protocol):
@@ -90,6 +90,11 @@ class PolarsAdapter:
         return frame[pl.Series(list(positions), dtype=pl.Int64)] if positions else frame.head(0)
 
 
+def is_lazy(frame: object) -> bool:
+    """Whether ``frame`` is a Polars LazyFrame."""
+    return type(frame).__module__.startswith("polars") and type(frame).__name__ == "LazyFrame"
+
+
 def adapter_for(frame: object) -> FrameAdapter:
     """The adapter of ``frame``'s library.
 
@@ -104,8 +109,4 @@ def adapter_for(frame: object) -> FrameAdapter:
         return PandasAdapter()
     if module == "polars" and name == "DataFrame":
         return PolarsAdapter()
-    msg = (
-        f"unsupported frame type {type(frame).__module__}.{type(frame).__qualname__}; "
-        "semframe works on pandas.DataFrame, polars.DataFrame and polars.LazyFrame."
-    )
-    raise InputError(msg)
+    raise unsupported_frame(frame)

@@ -14,7 +14,7 @@ from semframe.backends import Backend, get_backend
 from semframe.config import ResolvedConfig, config
 from semframe.errors import InputError, RowError, RowErrors, did_you_mean
 from semframe.execute import Outcome, RunStats, execute
-from semframe.frames import FrameAdapter, adapter_for
+from semframe.frames import FrameAdapter, adapter_for, is_lazy
 from semframe.parse import BOOL, TEXT, OutputSpec
 from semframe.plan import Plan, RelQuery, make_plan
 from semframe.table import Table
@@ -82,7 +82,7 @@ def compile_call(
     if op not in OPS:
         msg = f"unknown op {op!r}.{did_you_mean(op, OPS)} Valid ops: {', '.join(map(repr, OPS))}."
         raise InputError(msg)
-    if type(frame).__module__.startswith("polars") and type(frame).__name__ == "LazyFrame":
+    if is_lazy(frame):
         frame = frame.collect()
     adapter = adapter_for(frame)
     cfg = config(**settings)
@@ -226,6 +226,6 @@ def _check_out(call: Call, out: str) -> None:
 
 
 def _relazy(original: Any, result: Any) -> Any:
-    if type(original).__name__ == "LazyFrame":
+    if is_lazy(original):
         return result.lazy()
     return result

@@ -208,11 +208,16 @@ def as_table(frame: object, columns: Sequence[str] | None = None) -> Table:
         return _from_pandas(frame, columns)
     if module == "polars":
         return _from_polars(frame, columns)
+    raise unsupported_frame(frame)
+
+
+def unsupported_frame(frame: object) -> InputError:
+    """The error for an object that is not a supported frame, naming the supported ones."""
     msg = (
         f"unsupported frame type {type(frame).__module__}.{type(frame).__qualname__}; "
         "semframe works on pandas.DataFrame, polars.DataFrame and polars.LazyFrame."
     )
-    raise InputError(msg)
+    return InputError(msg)
 
 
 def _from_pandas(frame: Any, columns: Sequence[str] | None) -> Table:
