@@ -20,7 +20,7 @@ class LLMAccessor:
     Every operator accepts these settings as keyword arguments, overriding
     ``semframe.using``/``configure``/environment/file settings for this call:
     ``backend``, ``model``, ``reorder``, ``max_concurrency``, ``temperature``,
-    ``max_retries``, ``on_error``, ``progress`` (see
+    ``max_retries``, ``errors``, ``progress`` (see
     ``semframe.config()``). Run statistics of the last call are in
     ``semframe.last_run()``.
     """
@@ -71,7 +71,7 @@ class LLMAccessor:
         Raises
         ------
         RowErrors
-            When rows fail after retries (with ``on_error="raise"``, the
+            When rows fail after retries (with ``errors="raise"``, the
             default); ``.result`` holds the frame with the successful answers.
 
         Examples
@@ -127,7 +127,7 @@ class LLMAccessor:
         -------
         DataFrame
             The matching rows, in the input order with their index. With
-            ``on_error="column"``, rows that failed are kept too and an
+            ``errors="keep"``, rows that failed are kept too and an
             ``llm_error`` column says why.
 
         Examples

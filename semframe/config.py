@@ -74,6 +74,36 @@ def _non_negative_float(value: object) -> float:
     return number
 
 
+def _positive_float(value: object) -> float:
+    number = _non_negative_float(value)
+    if number == 0:
+        msg = f"expected a number > 0, got {value!r}"
+        raise ValueError(msg)
+    return number
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    msg = f"expected true or false, got {value!r}"
+    raise ValueError(msg)
+
+
+def _client(value: object) -> object:
+    if isinstance(value, str | bytes | int | float):
+        msg = (
+            f"expected a client object (openai.OpenAI, anthropic.Anthropic or their Async "
+            f"variants), got {type(value).__name__}"
+        )
+        raise ValueError(msg)
+    return value
+
+
 def _reorder_method(value: object) -> str:
     from semframe.reorder import METHODS
 
@@ -93,7 +123,9 @@ class Setting:
 SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
-        Setting("backend", _opt_str, "local", "Backend name: 'local', 'fake'."),
+        Setting(
+            "backend", _opt_str, "local", "Backend name: 'local', 'openai', 'anthropic', 'fake'."
+        ),
         Setting(
             "model",
             _opt_str,
@@ -116,11 +148,61 @@ SETTINGS: dict[str, Setting] = {
         Setting("temperature", _non_negative_float, 0.0, "Sampling temperature."),
         Setting("max_retries", _non_negative_int, 3, "Retries of a failing request."),
         Setting(
-            "on_error",
-            _choice("raise", "column"),
+            "errors",
+            _choice("raise", "keep"),
             "raise",
             "Rows that fail after retries: 'raise' RowErrors (results attached) or "
-            "'column' (add an error column).",
+            "'keep' (failed rows kept, with an error column).",
+        ),
+        Setting(
+            "timeout",
+            _positive_float,
+            120.0,
+            "Seconds to wait for one API response before retrying it.",
+        ),
+        Setting(
+            "rpm",
+            _opt_positive_int,
+            None,
+            "Client-side limit on API requests per minute. None: no limit.",
+        ),
+        Setting(
+            "tpm",
+            _opt_positive_int,
+            None,
+            "Client-side limit on API tokens per minute (prompt + max_tokens). None: no limit.",
+        ),
+        Setting(
+            "base_url",
+            _opt_str,
+            None,
+            "API endpoint for 'openai' (any OpenAI-compatible server) or 'anthropic'. "
+            "None: the SDK's default (or its environment variable).",
+        ),
+        Setting(
+            "client",
+            _client,
+            None,
+            "A client you built (openai.OpenAI / AsyncOpenAI, anthropic.Anthropic / "
+            "AsyncAnthropic); call argument, using() or configure() only.",
+        ),
+        Setting(
+            "cache_ttl",
+            _choice("5m", "1h"),
+            "5m",
+            "Anthropic prompt-cache lifetime: '5m' (writes cost 1.25x input) or '1h' (2x).",
+        ),
+        Setting(
+            "batch",
+            _bool,
+            False,
+            "Send through the provider's batch API (50% off; results within 24 h).",
+        ),
+        Setting(
+            "batch_poll_seconds",
+            _positive_float,
+            30.0,
+            "Seconds between status checks of a pending batch.",
         ),
         Setting(
             "progress",
@@ -260,9 +342,17 @@ class ResolvedConfig(Mapping[str, Any]):
     def __repr__(self) -> str:
         width = max(map(len, self.settings))
         lines = [
-            f"{k:<{width}} = {self.settings[k]!r:<24} # {self.sources[k]}" for k in self.settings
+            f"{k:<{width}} = {_show(self.settings[k]):<24} # {self.sources[k]}"
+            for k in self.settings
         ]
         return "semframe config\n" + "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    # Clients hold API keys: show their type only.
+    if value is None or isinstance(value, str | int | float | bool):
+        return repr(value)
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
 def config(**overrides: Any) -> ResolvedConfig:

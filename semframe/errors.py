@@ -92,7 +92,7 @@ class RowErrors(SemframeError):
         The frame the call would have returned, with failed rows holding a
         missing value in the output column (for ``filter``: failed rows are
         included, and the ``error`` column says why). Use it to keep the paid-for
-        answers, or re-run with ``on_error="column"`` to get it directly.
+        answers, or re-run with ``errors="keep"`` to get it directly.
     """
 
     def __init__(self, errors: Iterable[RowError], result: Any) -> None:
@@ -107,7 +107,7 @@ class RowErrors(SemframeError):
         more = f"\n  ... and {n - 5} more" if n > 5 else ""
         msg = (
             f"{n} row(s) failed; the other rows succeeded and are in `.result` of this "
-            f"exception (or pass on_error='column' to get them with an error column).\n"
+            f"exception (or pass errors='keep' to get them with an error column).\n"
             f"{shown}{more}"
         )
         super().__init__(msg)

@@ -181,7 +181,7 @@ def llm_map(frame: Any, template: str, *, out: str = "llm_output", **kwargs: Any
     outcomes, _ = run_call(call)
     result = call.adapter.with_column(call.frame, out, [o.value for o in outcomes], "str")
     errors = _row_errors(call, outcomes)
-    if call.settings["on_error"] == "column":
+    if call.settings["errors"] == "keep":
         result = call.adapter.with_column(
             result, f"{out}_error", [None if o.ok else _describe(o) for o in outcomes], "str"
         )
@@ -197,7 +197,7 @@ def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
     errors = _row_errors(call, outcomes)
     keep = [i for i, o in enumerate(outcomes) if o.value is True or not o.ok]
     result = call.adapter.take(call.frame, keep)
-    as_column = call.settings["on_error"] == "column"
+    as_column = call.settings["errors"] == "keep"
     if errors or as_column:
         reasons = [None if outcomes[i].ok else _describe(outcomes[i]) for i in keep]
         result = call.adapter.with_column(result, "llm_error", reasons, "str")

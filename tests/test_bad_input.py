@@ -40,9 +40,9 @@ DF = pd.DataFrame({"movie_title": ["Alien", "Heat"], "review": ["tense", "long"]
             ["unknown setting 'temprature'", "Did you mean 'temperature'?", "Valid settings:"],
         ),
         (
-            lambda: DF.llm.map("Sum {review}", backend="fake", on_error="ignore"),
+            lambda: DF.llm.map("Sum {review}", backend="fake", errors="ignore"),
             ConfigError,
-            ["invalid value for setting 'on_error'", "'raise', 'column'"],
+            ["invalid value for setting 'errors'", "'raise', 'keep'"],
         ),
         (
             lambda: DF.llm.map("Sum {review}", backend="fake", reorder="random"),

@@ -139,7 +139,7 @@ def test_parse_errors_are_reported_not_defaulted(fake: FakeBackend) -> None:
     assert "perhaps" in err.errors[0].message
     assert err.result.index.tolist() == ["a", "b", "c"]
     assert err.result["llm_error"].isna().tolist() == [True, False, True]
-    kept = df.llm.filter("Is {r} good?", backend="fake", on_error="column")
+    kept = df.llm.filter("Is {r} good?", backend="fake", errors="keep")
     assert kept.index.tolist() == ["a", "b", "c"]
     stats = semframe.last_run()
     assert stats is not None and stats.errors == 1
@@ -151,7 +151,7 @@ def test_transient_failures_are_retried_then_reported(fake: FakeBackend) -> None
     df = pd.DataFrame({"key": ["a", "b", "c"]})
     fake.responder = flaky(echo_id, {0: 2, 2: 10})
     with semframe.using(max_retries=2):
-        out = df.llm.map("Say {key}", backend="fake", on_error="column", reorder="none")
+        out = df.llm.map("Say {key}", backend="fake", errors="keep", reorder="none")
     assert out["llm_output"].tolist() == ["answer for a", "answer for b", None]
     assert out["llm_output_error"].isna().tolist() == [True, True, False]
     assert "injected failure" in out["llm_output_error"][2]
