@@ -6,17 +6,16 @@ The accessors (``df.llm``) are thin shims over these functions.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from semframe import reorder as _reorder
-from semframe.backends import Backend, get_backend
-from semframe.config import ResolvedConfig, config
+from semframe.config import config
 from semframe.errors import InputError, RowError, RowErrors, did_you_mean
-from semframe.execute import Outcome, RunStats, execute
-from semframe.frames import FrameAdapter, adapter_for, is_lazy
+from semframe.execute import Outcome
+from semframe.frames import adapter_for, is_lazy
 from semframe.parse import BOOL, TEXT, OutputSpec
 from semframe.plan import Plan, RelQuery, make_plan
+from semframe.run import Call, run_call
 from semframe.table import Table
 from semframe.template import parse_template
 
@@ -25,17 +24,6 @@ OPS: dict[str, OutputSpec] = {"map": TEXT, "filter": BOOL}
 # models put in it; a cut-off answer would be a parse error.
 DEFAULT_MAX_TOKENS = {"map": 256, "filter": 32}
 TRUNCATION_MARK = "…"
-_CHAT_OVERHEAD_TOKENS = 32  # chat-template tokens around the messages, generously
-
-
-@dataclass(frozen=True)
-class Call:
-    """Everything an operator call resolved to, before anything is sent."""
-
-    frame: Any
-    adapter: FrameAdapter
-    settings: ResolvedConfig
-    plan: Plan
 
 
 def _apply_truncate(table: Table, truncate: int | Mapping[str, int] | None) -> Table:
@@ -109,60 +97,6 @@ def compile_call(
     method = cfg["reorder"]
     ordering = _reorder.order(table, method)
     return Call(frame, adapter, cfg, make_plan(rq, ordering, method))
-
-
-def check_context(call: Call, backend: Backend) -> None:
-    """Fail before sending if a prompt cannot fit the backend's context window.
-
-    A prompt's UTF-8 byte length bounds its token count from above, so only
-    prompts whose byte length might not fit are counted exactly.
-
-    Raises
-    ------
-    InputError
-        Naming the row, its longest column and the ``truncate=`` option.
-    """
-    window = backend.capabilities.context_window
-    if window is None:
-        return
-    plan = call.plan
-    budget = window - plan.relquery.max_tokens - _CHAT_OVERHEAD_TOKENS
-    system_bytes = len((plan.relquery.system or "").encode())
-    suspects = [r for r in plan.requests if len(r.prompt.encode()) + system_bytes > budget]
-    if not suspects:
-        return
-    counts = backend.count_tokens([r.prompt + (r.system or "") for r in suspects])
-    for request, tokens in zip(suspects, counts, strict=True):
-        if tokens <= budget:
-            continue
-        table = plan.relquery.table
-        longest = max(table.columns, key=lambda c: len(table.cells[c][request.row]))
-        length = len(table.cells[longest][request.row])
-        label = call.adapter.labels(call.frame)[request.row]
-        suggestion = max(1, length * budget // max(tokens, 1) // 2)
-        msg = (
-            f"row {request.row} (label {label!r}) needs about {tokens} prompt tokens, but "
-            f"{backend.name}/{backend.model} allows {window} per request including "
-            f"max_tokens={plan.relquery.max_tokens}. Its longest cell is column {longest!r} "
-            f"({length:,} characters). Shorten it, or pass truncate={{{longest!r}: "
-            f"{suggestion}}} to cut cells to that many characters."
-        )
-        raise InputError(msg)
-
-
-def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
-    """Resolve the backend, check the context window, execute; outcomes in input order."""
-    cfg = call.settings
-    backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
-    check_context(call, backend)
-    outcomes, stats = execute(
-        call.plan,
-        backend,
-        max_concurrency=cfg["max_concurrency"],
-        max_retries=cfg["max_retries"],
-        progress=cfg["progress"],
-    )
-    return call.plan.restore(outcomes), stats
 
 
 def _row_errors(call: Call, outcomes: Sequence[Outcome]) -> list[RowError]:
