@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from semframe import ops
-from semframe.plan import Plan
+from semframe import agg, join, ops, topk
 
 
 class LLMAccessor:
-    """LLM operators over the rows of a frame: ``df.llm.map``, ``df.llm.filter``, ...
+    """LLM operators over the rows of a frame (``df.llm``).
+
+    ``map``, ``filter``, ``extract``, ``classify``, ``agg``, ``topk``, ``join``,
+    and ``plan`` for any of them.
 
     Every operator accepts these settings as keyword arguments, overriding
     ``semframe.using``/``configure``/environment/file settings for this call:
@@ -157,17 +159,399 @@ class LLMAccessor:
             **settings,
         )
 
-    def plan(self, template: str, *, op: str = "map", **kwargs: Any) -> Plan:
-        """The :class:`~semframe.plan.Plan` of an operator call, without running it.
+    def extract(
+        self,
+        template: str,
+        schema: Mapping[str, Any] | type,
+        *,
+        max_tokens: int | None = None,
+        system: str | None = None,
+        examples: Sequence[Mapping[str, object]] | None = None,
+        truncate: int | Mapping[str, int] | None = None,
+        backend: str | None = None,
+        model: str | None = None,
+        **settings: Any,
+    ) -> Any:
+        """Extract typed fields from every row into new columns.
+
+        The answer is one JSON object with exactly the schema's keys. Backends
+        that support JSON schemas are constrained to it; every answer is
+        validated strictly (types are not guessed: ``"1979"`` is not an int).
+        An answer that does not validate is asked again, then reported as a
+        row error; it never becomes a default value.
+
+        Parameters
+        ----------
+        template : str
+            What to extract, with ``{column}`` placeholders.
+        schema : mapping or pydantic model class
+            New column name -> type: ``str``, ``int``, ``float``, ``bool``,
+            ``list[str]`` or ``Literal[...]``, each optionally ``| None``; or a
+            pydantic ``BaseModel`` whose fields have those types (its
+            validators and constraints apply too).
+        max_tokens, system, examples, truncate, backend, model, **settings
+            As for :meth:`map` (``examples`` answers are objects of the schema).
+
+        Returns
+        -------
+        DataFrame
+            Same rows, order and index, plus one column per schema field:
+            pandas dtypes ``object`` (str, list[str]), ``Int64``, ``Float64``,
+            ``boolean``; Polars ``String``, ``Int64``, ``Float64``,
+            ``Boolean``, ``List(String)``. Failed rows hold missing values;
+            with ``errors="keep"`` an ``llm_error`` column says why.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> from semframe.backends import get_backend
+        >>> fake = get_backend("fake", model="doc-extract", settings={})
+        >>> fake.responder = lambda request: (
+        ...     '{"year": 1979, "scary": true}' if "Alien" in request.prompt
+        ...     else '{"year": 1995, "scary": false}')
+        >>> df = pd.DataFrame({"plot": ["Alien (1979): a crew meets a monster",
+        ...                             "Heat (1995): a heist in LA"]})
+        >>> out = df.llm.extract("Read {plot}.", {"year": int, "scary": bool},
+        ...                      backend="fake", model="doc-extract")
+        >>> out[["year", "scary"]]
+           year  scary
+        0  1979   True
+        1  1995  False
+        >>> out.dtypes.astype(str).tolist()
+        ['str', 'Int64', 'boolean']
+        """
+        return ops.llm_extract(
+            self._frame,
+            template,
+            schema,
+            max_tokens=max_tokens,
+            system=system,
+            examples=examples,
+            truncate=truncate,
+            backend=backend,
+            model=model,
+            **settings,
+        )
+
+    def classify(
+        self,
+        template: str,
+        labels: Sequence[str],
+        *,
+        out: str = "label",
+        multi: bool = False,
+        max_tokens: int | None = None,
+        system: str | None = None,
+        examples: Sequence[Mapping[str, object]] | None = None,
+        truncate: int | Mapping[str, int] | None = None,
+        backend: str | None = None,
+        model: str | None = None,
+        **settings: Any,
+    ) -> Any:
+        """Label every row with one of ``labels`` (several with ``multi=True``).
+
+        Constrained to the labels on backends that support JSON schemas;
+        parsed strictly everywhere (case and surrounding punctuation are
+        ignored, anything else that is not a label is retried, then reported).
+
+        Parameters
+        ----------
+        template : str
+            What to classify, with ``{column}`` placeholders.
+        labels : sequence of str
+            The valid labels (at least two, or one with ``multi``), distinct.
+        out : str
+            Name of the new column (must not exist yet).
+        multi : bool
+            Whether a row may get several labels (a list, possibly empty).
+        max_tokens, system, examples, truncate, backend, model, **settings
+            As for :meth:`map`.
+
+        Returns
+        -------
+        DataFrame
+            Same rows, order and index, plus ``out``: str (pandas ``object``,
+            Polars ``String``), or with ``multi`` a list of labels (Polars
+            ``List(String)``), in the order of ``labels``. Failed rows hold a
+            missing value; with ``errors="keep"`` ``<out>_error`` says why.
+
+        Notes
+        -----
+        Per-label confidences from logprobs are not produced yet: the
+        executor's outcomes do not carry the completions' logprobs, and the
+        local and fake backends report none.
+
+        Examples
+        --------
+        >>> import polars as pl, semframe
+        >>> from semframe.backends import get_backend
+        >>> fake = get_backend("fake", model="doc-classify", settings={})
+        >>> fake.responder = lambda request: (
+        ...     '{"answer": "horror"}' if "monster" in request.prompt else '{"answer": "crime"}')
+        >>> df = pl.DataFrame({"plot": ["a crew meets a monster", "a heist in LA"]})
+        >>> df.llm.classify("Genre of {plot}?", ["horror", "crime", "comedy"], out="genre",
+        ...                 backend="fake", model="doc-classify")
+        shape: (2, 2)
+        ┌────────────────────────┬────────┐
+        │ plot                   ┆ genre  │
+        │ ---                    ┆ ---    │
+        │ str                    ┆ str    │
+        ╞════════════════════════╪════════╡
+        │ a crew meets a monster ┆ horror │
+        │ a heist in LA          ┆ crime  │
+        └────────────────────────┴────────┘
+        """
+        return ops.llm_classify(
+            self._frame,
+            template,
+            labels,
+            out=out,
+            multi=multi,
+            max_tokens=max_tokens,
+            system=system,
+            examples=examples,
+            truncate=truncate,
+            backend=backend,
+            model=model,
+            **settings,
+        )
+
+    def agg(
+        self,
+        template: str,
+        *,
+        by: str | Sequence[str] | None = None,
+        out: str = "llm_output",
+        max_tokens: int | None = None,
+        system: str | None = None,
+        truncate: int | Mapping[str, int] | None = None,
+        chunk_tokens: int | None = None,
+        backend: str | None = None,
+        model: str | None = None,
+        **settings: Any,
+    ) -> Any:
+        """One answer to ``template`` over many rows: per group of ``by``, or overall.
+
+        Rows are folded, in GGR order, into chunks that fit the backend's
+        context window; a group that needs several chunks is answered chunk by
+        chunk and the answers are combined, level after level, until one is
+        left. Each level is one relQuery over all groups
+        (``semframe.ops.last_op()`` counts them).
+
+        Parameters
+        ----------
+        template : str
+            The task over the rows, with ``{column}`` placeholders naming the
+            columns to read (``by`` columns may be named too).
+        by : str or sequence of str, optional
+            Group columns; ``None`` gives one answer over all rows. Missing
+            keys form a group of their own.
+        out : str
+            Name of the answer column.
+        max_tokens : int, optional
+            Output limit of every answer, partial ones included (default 256).
+        chunk_tokens : int, optional
+            Cap on the tokens of rows per request (default: what the context
+            window allows).
+        system, truncate, backend, model, **settings
+            As for :meth:`map`.
+
+        Returns
+        -------
+        DataFrame
+            One row per group in order of first appearance: the ``by``
+            columns (their dtypes kept) and ``out`` (pandas gets a fresh
+            ``RangeIndex``). Without ``by``, one row with ``out`` (none for
+            an empty frame). A group whose requests failed has a missing
+            answer; with ``errors="keep"`` ``<out>_error`` says why.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> from semframe.backends import get_backend
+        >>> fake = get_backend("fake", model="doc-agg", settings={})
+        >>> fake.responder = lambda request: f"{request.prompt.count(chr(10) + 'row ')} review(s)"
+        >>> df = pd.DataFrame({"movie": ["Up", "Heat", "Up"], "review": ["fun", "long", "sweet"]})
+        >>> df.llm.agg("Sum up the reviews {review}.", by="movie", out="summary",
+        ...            backend="fake", model="doc-agg")
+          movie      summary
+        0    Up  2 review(s)
+        1  Heat  1 review(s)
+        """
+        return agg.llm_agg(
+            self._frame,
+            template,
+            by=by,
+            out=out,
+            max_tokens=max_tokens,
+            system=system,
+            truncate=truncate,
+            chunk_tokens=chunk_tokens,
+            backend=backend,
+            model=model,
+            **settings,
+        )
+
+    def topk(
+        self,
+        template: str,
+        k: int,
+        *,
+        seed: int = 0,
+        max_tokens: int | None = None,
+        system: str | None = None,
+        truncate: int | Mapping[str, int] | None = None,
+        backend: str | None = None,
+        model: str | None = None,
+        **settings: Any,
+    ) -> Any:
+        """The ``k`` rows that best match a criterion, best first.
+
+        Rows are ranked by pairwise comparisons ("which of A and B matches
+        better?") in a partial quicksort: each round compares every
+        still-relevant row with a pivot, all in one relQuery, which costs about
+        2n + O(k log k) comparisons instead of n(n-1)/2
+        (``semframe.ops.last_op().counts`` has both).
+
+        Parameters
+        ----------
+        template : str
+            The criterion, with ``{column}`` placeholders.
+        k : int
+            How many rows to return (all rows, ranked, when ``k >= len(df)``).
+        seed : int
+            Seeds the pivot choice (results are deterministic for a seed).
+        max_tokens, system, truncate, backend, model, **settings
+            As for :meth:`map`.
+
+        Returns
+        -------
+        DataFrame
+            The ``min(k, n)`` best rows, best first, with their index. A row
+            whose comparison failed cannot be ranked: it is reported
+            (``RowErrors``), or with ``errors="keep"`` appended after the
+            ranked rows with an ``llm_error`` column.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> from semframe.backends import get_backend
+        >>> def longer(request):
+        ...     a, b = (line.split(": ", 1)[1] for line in request.prompt.splitlines()[-2:])
+        ...     return '{"answer": "B"}' if len(b) > len(a) else '{"answer": "A"}'
+        >>> get_backend("fake", model="doc-topk", settings={}).responder = longer
+        >>> df = pd.DataFrame({"review": ["ok", "a long and detailed review", "fine", "good one"]})
+        >>> df.llm.topk("The most detailed review {review}", 2, backend="fake", model="doc-topk")
+                               review
+        1  a long and detailed review
+        3                    good one
+        """
+        return topk.llm_topk(
+            self._frame,
+            template,
+            k,
+            seed=seed,
+            max_tokens=max_tokens,
+            system=system,
+            truncate=truncate,
+            backend=backend,
+            model=model,
+            **settings,
+        )
+
+    def join(
+        self,
+        other: Any,
+        template: str,
+        *,
+        on: str | tuple[str, str] | Sequence[str | tuple[str, str]] | None = None,
+        suffix: str = "_right",
+        max_tokens: int | None = None,
+        system: str | None = None,
+        examples: Sequence[Mapping[str, object]] | None = None,
+        truncate: int | Mapping[str, int] | None = None,
+        backend: str | None = None,
+        model: str | None = None,
+        **settings: Any,
+    ) -> Any:
+        """Pairs of rows of this frame and ``other`` for which the model answers yes.
+
+        Every candidate pair is one request of a single relQuery, grouped so
+        that one side's row (the side that repeats more) leads each prompt as
+        a shared prefix.
+
+        Parameters
+        ----------
+        other : DataFrame
+            The right frame (same library as this one; lazy frames are fine).
+        template : str
+            A yes/no question naming ``{left.col}`` and ``{right.col}``; a bare
+            ``{col}`` is fine when only one frame has that column.
+        on : str, (str, str) or list of them, optional
+            Blocking: only pairs whose key columns are equal (as rendered
+            text; missing keys never match) are asked. A name means the same
+            column on both sides; a pair is (left name, right name).
+        suffix : str
+            Appended to right column names that the left frame also has.
+        max_tokens, system, examples, truncate, backend, model, **settings
+            As for :meth:`filter` (``examples`` keys are ``left.col`` /
+            ``right.col``).
+
+        Returns
+        -------
+        DataFrame
+            Matching pairs ordered by left row, then right row: left columns,
+            then right columns. pandas gets a fresh ``RangeIndex``. With
+            ``errors="keep"`` failed pairs are kept and ``llm_error`` says why.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> movies = pd.DataFrame({"title": ["Alien", "Heat"]})
+        >>> reviews = pd.DataFrame({"title": ["Alien", "Alien", "Heat"],
+        ...                         "text": ["a great ride", "dull", "I loved it"]})
+        >>> movies.llm.join(reviews, "Is {text} a positive review of {left.title}?",
+        ...                 on="title", backend="fake")
+           title title_right          text
+        0  Alien       Alien  a great ride
+        1   Heat        Heat    I loved it
+        """
+        return join.llm_join(
+            self._frame,
+            other,
+            template,
+            on=on,
+            suffix=suffix,
+            max_tokens=max_tokens,
+            system=system,
+            examples=examples,
+            truncate=truncate,
+            backend=backend,
+            model=model,
+            **settings,
+        )
+
+    def plan(self, template: str, *, op: str = "map", **kwargs: Any) -> Any:
+        """The plan of an operator call, without running it; nothing is sent.
 
         Parameters
         ----------
         template : str
             As for the operator.
-        op : {"map", "filter"}
+        op : {"map", "filter", "extract", "classify", "agg", "topk", "join"}
             Which operator to plan.
         **kwargs
-            The operator's other arguments.
+            The operator's other arguments (``schema=`` for extract,
+            ``labels=`` for classify, ``k=`` for topk, ``other=`` for join).
+
+        Returns
+        -------
+        Plan, AggPlan or TopkPlan
+            A :class:`~semframe.plan.Plan` (map, filter, extract, classify,
+            join: exactly what is sent). agg and topk run several relQueries,
+            the later ones depending on earlier answers: an
+            :class:`~semframe.agg.AggPlan` or :class:`~semframe.topk.TopkPlan`
+            holds the first relQuery's plan exactly and bounds the rest.
 
         Examples
         --------
@@ -176,5 +560,7 @@ class LLMAccessor:
         >>> plan = df.llm.plan("Is {review} of {movie} positive?", op="filter", reorder="stats")
         >>> len(plan.requests), len(plan.groups), plan.ordering.fields[0]
         (3, 2, ('movie', 'review'))
+        >>> df.llm.plan("Best {review}", op="topk", k=1, backend="fake").naive_comparisons
+        3
         """
         return ops.llm_plan(self._frame, template, op=op, **kwargs)

@@ -6,11 +6,16 @@ into a :class:`~semframe.table.Table` once, and build the result frame once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from semframe.errors import InputError
 from semframe.table import Table, as_table, unsupported_frame
+
+DTYPES = ("str", "bool", "int", "float", "list[str]")
+"""Output column dtypes: pandas ``object``/``boolean``/``Int64``/``Float64``/
+``object``; Polars ``String``/``Boolean``/``Int64``/``Float64``/``List(String)``.
+All of them hold missing values."""
 
 
 class FrameAdapter(Protocol):
@@ -29,7 +34,33 @@ class FrameAdapter(Protocol):
         ...
 
     def with_column(self, frame: Any, name: str, values: Sequence[Any], dtype: str) -> Any:
-        """A new frame with column ``name`` (``dtype`` is ``"str"`` or ``"bool"``)."""
+        """A new frame with column ``name``; ``dtype`` is one of :data:`DTYPES`.
+
+        ``None`` in ``values`` is a missing value, whatever the dtype.
+        """
+        ...
+
+    def select(self, frame: Any, columns: Sequence[str]) -> Any:
+        """A new frame with only ``columns``, in that order (labels kept)."""
+        ...
+
+    def rename(self, frame: Any, mapping: Mapping[str, str]) -> Any:
+        """A new frame with columns renamed by ``mapping``."""
+        ...
+
+    def hconcat(self, left: Any, right: Any) -> Any:
+        """Columns of ``left`` then ``right`` side by side (equal heights).
+
+        The result has fresh positional labels (pandas: a ``RangeIndex``).
+        """
+        ...
+
+    def height(self, frame: Any) -> int:
+        """Number of rows."""
+        ...
+
+    def reset_labels(self, frame: Any) -> Any:
+        """The frame with fresh positional labels (pandas: a ``RangeIndex``)."""
         ...
 
     def take(self, frame: Any, positions: Sequence[int]) -> Any:
@@ -58,12 +89,30 @@ class PandasAdapter:
         import pandas as pd
 
         out = frame.copy(deep=False)
-        kind = "boolean" if dtype == "bool" else "object"
+        kind = {"bool": "boolean", "int": "Int64", "float": "Float64"}.get(dtype, "object")
         out[name] = pd.Series(list(values), index=frame.index, dtype=kind)
         return out
 
     def take(self, frame: Any, positions: Sequence[int]) -> Any:
         return frame.iloc[list(positions)]
+
+    def select(self, frame: Any, columns: Sequence[str]) -> Any:
+        by_name = {str(c): c for c in frame.columns}
+        return frame[[by_name[c] for c in columns]]
+
+    def rename(self, frame: Any, mapping: Mapping[str, str]) -> Any:
+        return frame.rename(columns={c: mapping.get(str(c), c) for c in frame.columns})
+
+    def hconcat(self, left: Any, right: Any) -> Any:
+        import pandas as pd
+
+        return pd.concat([left.reset_index(drop=True), right.reset_index(drop=True)], axis=1)
+
+    def height(self, frame: Any) -> int:
+        return len(frame)
+
+    def reset_labels(self, frame: Any) -> Any:
+        return frame.reset_index(drop=True)
 
 
 class PolarsAdapter:
@@ -81,13 +130,32 @@ class PolarsAdapter:
     def with_column(self, frame: Any, name: str, values: Sequence[Any], dtype: str) -> Any:
         import polars as pl
 
-        kind = pl.Boolean if dtype == "bool" else pl.String
+        kinds = {"bool": pl.Boolean, "int": pl.Int64, "float": pl.Float64}
+        kind = pl.List(pl.String) if dtype == "list[str]" else kinds.get(dtype, pl.String)
         return frame.with_columns(pl.Series(name, list(values), dtype=kind))
 
     def take(self, frame: Any, positions: Sequence[int]) -> Any:
         import polars as pl
 
         return frame[pl.Series(list(positions), dtype=pl.Int64)] if positions else frame.head(0)
+
+    def select(self, frame: Any, columns: Sequence[str]) -> Any:
+        return frame.select(list(columns))
+
+    def rename(self, frame: Any, mapping: Mapping[str, str]) -> Any:
+        present = {k: v for k, v in mapping.items() if k in frame.columns}
+        return frame.rename(present)
+
+    def hconcat(self, left: Any, right: Any) -> Any:
+        import polars as pl
+
+        return pl.concat([left, right], how="horizontal")
+
+    def height(self, frame: Any) -> int:
+        return int(frame.height)
+
+    def reset_labels(self, frame: Any) -> Any:
+        return frame
 
 
 def is_lazy(frame: object) -> bool:

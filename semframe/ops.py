@@ -6,23 +6,35 @@ The accessors (``df.llm``) are thin shims over these functions.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from semframe import reorder as _reorder
 from semframe.config import config
 from semframe.errors import InputError, RowError, RowErrors, did_you_mean
-from semframe.execute import Outcome
-from semframe.frames import adapter_for, is_lazy
-from semframe.parse import BOOL, TEXT, OutputSpec
-from semframe.plan import Plan, RelQuery, make_plan
+from semframe.execute import Outcome, RunStats
+from semframe.frames import FrameAdapter, adapter_for, is_lazy
+from semframe.parse import BOOL, TEXT, OutputSpec, label_spec, record_spec
+from semframe.plan import RelQuery, make_plan
 from semframe.run import Call, run_call
 from semframe.table import Table
 from semframe.template import parse_template
 
 OPS: dict[str, OutputSpec] = {"map": TEXT, "filter": BOOL}
+"""Operators whose output format is fixed; the others build theirs from arguments."""
+ALL_OPS = ("map", "filter", "extract", "classify", "agg", "topk", "join")
+"""Every operator ``df.llm.plan(op=...)`` knows."""
 # A JSON answer {"answer": "yes"} takes up to ~25 tokens with the whitespace small
 # models put in it; a cut-off answer would be a parse error.
-DEFAULT_MAX_TOKENS = {"map": 256, "filter": 32}
+DEFAULT_MAX_TOKENS = {
+    "map": 256,
+    "filter": 32,
+    "extract": 256,
+    "classify": 48,
+    "agg": 256,
+    "topk": 32,
+    "join": 32,
+}
 TRUNCATION_MARK = "…"
 
 
@@ -53,13 +65,21 @@ def compile_call(
     template: str,
     *,
     op: str,
+    output: OutputSpec | None = None,
     max_tokens: int | None = None,
     system: str | None = None,
     examples: Sequence[Mapping[str, object]] | None = None,
     truncate: int | Mapping[str, int] | None = None,
     **settings: Any,
 ) -> Call:
-    """Validate a call and build its plan; sends nothing.
+    """Validate a row-by-row call (one request per row) and build its plan; sends nothing.
+
+    Parameters
+    ----------
+    op : str
+        The operator; ``output`` defaults to its fixed output format (:data:`OPS`).
+    output : OutputSpec, optional
+        The answer format, for operators that build it from their arguments.
 
     Raises
     ------
@@ -67,28 +87,24 @@ def compile_call(
         Any problem with the frame, template, options or settings, before any
         request is sent.
     """
-    if op not in OPS:
-        msg = f"unknown op {op!r}.{did_you_mean(op, OPS)} Valid ops: {', '.join(map(repr, OPS))}."
-        raise InputError(msg)
-    if is_lazy(frame):
-        frame = frame.collect()
-    adapter = adapter_for(frame)
+    if output is None:
+        if op not in OPS:
+            msg = (
+                f"unknown op {op!r}.{did_you_mean(op, ALL_OPS)} "
+                f"Valid ops: {', '.join(map(repr, ALL_OPS))}."
+            )
+            raise InputError(msg)
+        output = OPS[op]
+    frame, adapter = collect(frame)
     cfg = config(**settings)
     parsed = parse_template(template).resolve(adapter.columns(frame))
-    if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS[op]
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        msg = f"max_tokens must be a positive int, got {max_tokens!r}."
-        raise InputError(msg)
-    if not isinstance(system, str | None):  # callers without type checking
-        msg = f"system must be a str or None, got {type(system).__name__}."  # type: ignore[unreachable]
-        raise InputError(msg)
+    max_tokens = check_options(op, max_tokens, system)
     table = _apply_truncate(adapter.to_table(frame, parsed.fields), truncate)
     rq = RelQuery(
         op=op,
         template=parsed,
         table=table,
-        output=OPS[op],
+        output=output,
         system=system,
         examples=tuple(examples or ()),
         max_tokens=max_tokens,
@@ -97,6 +113,109 @@ def compile_call(
     method = cfg["reorder"]
     ordering = _reorder.order(table, method)
     return Call(frame, adapter, cfg, make_plan(rq, ordering, method))
+
+
+def collect(frame: Any) -> tuple[Any, FrameAdapter]:
+    """An eager frame (a LazyFrame collected) and its adapter."""
+    if is_lazy(frame):
+        frame = frame.collect()
+    return frame, adapter_for(frame)
+
+
+def check_options(op: str, max_tokens: object, system: object) -> int:
+    """Validate ``max_tokens`` and ``system``; return ``max_tokens`` or the op's default."""
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS[op]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        msg = f"max_tokens must be a positive int, got {max_tokens!r}."
+        raise InputError(msg)
+    if not isinstance(system, str | None):
+        msg = f"system must be a str or None, got {type(system).__name__}."
+        raise InputError(msg)
+    return max_tokens
+
+
+@dataclass(frozen=True)
+class OpStats:
+    """What one operator call cost, over all the relQueries it ran (``semframe.ops.last_op()``).
+
+    Operators such as ``agg`` (one relQuery per reduction level) and ``topk``
+    (one per comparison round) run several relQueries; ``semframe.last_run()``
+    describes only the last of them, this describes the whole call.
+
+    Attributes
+    ----------
+    op : str
+        The operator.
+    runs : tuple of RunStats
+        One per relQuery run, in order.
+    counts : mapping of str to int
+        Operator-specific figures, e.g. ``comparisons`` and
+        ``naive_comparisons`` for ``topk``, ``pairs`` and ``naive_pairs`` for
+        ``join``, ``levels`` for ``agg``.
+    """
+
+    op: str
+    runs: tuple[RunStats, ...]
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def llm_calls(self) -> int:
+        """Requests sent, retries included, over every relQuery of the call."""
+        return sum(r.requests for r in self.runs)
+
+    @property
+    def relqueries(self) -> int:
+        """Number of relQueries run."""
+        return len(self.runs)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens over every run."""
+        return sum(r.prompt_tokens for r in self.runs)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Cached prompt tokens over every run."""
+        return sum(r.cached_tokens for r in self.runs)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v:,}" for k, v in self.counts.items())
+        return (
+            f"OpStats({self.op}: {self.relqueries} relQuery(s), {self.llm_calls:,} LLM calls, "
+            f"prompt {self.prompt_tokens:,} tok, cached {self.cached_tokens:,}{extra})"
+        )
+
+
+_last_op: OpStats | None = None
+
+
+def last_op() -> OpStats | None:
+    """Statistics of the most recent operator call in this process, all its relQueries.
+
+    Examples
+    --------
+    >>> import pandas as pd, semframe
+    >>> from semframe.ops import last_op
+    >>> _ = pd.DataFrame({"t": ["a", "b"]}).llm.map("Echo {t}", backend="fake")
+    >>> last_op().llm_calls, last_op().relqueries
+    (2, 1)
+    """
+    return _last_op
+
+
+def record_op(op: str, runs: Sequence[RunStats], **counts: int) -> OpStats:
+    """Record the statistics of an operator call (see :func:`last_op`)."""
+    global _last_op
+    _last_op = OpStats(op, tuple(runs), dict(counts))
+    return _last_op
+
+
+def run(call: Call, runs: list[RunStats]) -> list[Outcome]:
+    """``run_call`` that appends the run's statistics to ``runs``; outcomes in input order."""
+    outcomes, stats = run_call(call)
+    runs.append(stats)
+    return outcomes
 
 
 def _row_errors(call: Call, outcomes: Sequence[Outcome]) -> list[RowError]:
@@ -111,23 +230,20 @@ def _row_errors(call: Call, outcomes: Sequence[Outcome]) -> list[RowError]:
 def llm_map(frame: Any, template: str, *, out: str = "llm_output", **kwargs: Any) -> Any:
     """Implementation of ``df.llm.map``; see the accessor for documentation."""
     call = compile_call(frame, template, op="map", **kwargs)
-    _check_out(call, out)
-    outcomes, _ = run_call(call)
+    check_new_columns(call.adapter, call.frame, [out])
+    runs: list[RunStats] = []
+    outcomes = run(call, runs)
+    record_op("map", runs)
     result = call.adapter.with_column(call.frame, out, [o.value for o in outcomes], "str")
-    errors = _row_errors(call, outcomes)
-    if call.settings["errors"] == "keep":
-        result = call.adapter.with_column(
-            result, f"{out}_error", [None if o.ok else _describe(o) for o in outcomes], "str"
-        )
-    elif errors:
-        raise RowErrors(errors, _relazy(frame, result))
-    return _relazy(frame, result)
+    return _finish(frame, call, outcomes, result, f"{out}_error")
 
 
 def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
     """Implementation of ``df.llm.filter``; see the accessor for documentation."""
     call = compile_call(frame, template, op="filter", **kwargs)
-    outcomes, _ = run_call(call)
+    runs: list[RunStats] = []
+    outcomes = run(call, runs)
+    record_op("filter", runs)
     errors = _row_errors(call, outcomes)
     keep = [i for i, o in enumerate(outcomes) if o.value is True or not o.ok]
     result = call.adapter.take(call.frame, keep)
@@ -136,30 +252,138 @@ def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
         reasons = [None if outcomes[i].ok else _describe(outcomes[i]) for i in keep]
         result = call.adapter.with_column(result, "llm_error", reasons, "str")
     if errors and not as_column:
-        raise RowErrors(errors, _relazy(frame, result))
-    return _relazy(frame, result)
+        raise RowErrors(errors, relazy(frame, result))
+    return relazy(frame, result)
 
 
-def llm_plan(frame: Any, template: str, *, op: str = "map", **kwargs: Any) -> Plan:
-    """Implementation of ``df.llm.plan``: the plan, nothing sent."""
-    kwargs.pop("out", None)
-    return compile_call(frame, template, op=op, **kwargs).plan
+def compile_extract(frame: Any, template: str, schema: object, **kwargs: Any) -> Call:
+    """Validate an ``extract`` call and build its plan; sends nothing."""
+    spec, fields = record_spec(schema)
+    call = compile_call(frame, template, op="extract", output=spec, **kwargs)
+    check_new_columns(call.adapter, call.frame, [f.name for f in fields], "schema field")
+    return call
+
+
+def llm_extract(frame: Any, template: str, schema: object, **kwargs: Any) -> Any:
+    """Implementation of ``df.llm.extract``; see the accessor for documentation."""
+    _, fields = record_spec(schema)
+    call = compile_extract(frame, template, schema, **kwargs)
+    runs: list[RunStats] = []
+    outcomes = run(call, runs)
+    record_op("extract", runs)
+    result = call.frame
+    for i, f in enumerate(fields):
+        values = [o.value[i] if o.ok else None for o in outcomes]
+        result = call.adapter.with_column(result, f.name, values, f.dtype)
+    return _finish(frame, call, outcomes, result, "llm_error")
+
+
+def compile_classify(
+    frame: Any,
+    template: str,
+    labels: object,
+    *,
+    out: str = "label",
+    multi: bool = False,
+    **kwargs: Any,
+) -> Call:
+    """Validate a ``classify`` call and build its plan; sends nothing."""
+    if not isinstance(multi, bool):
+        msg = f"multi must be True or False, got {multi!r}."  # type: ignore[unreachable]
+        raise InputError(msg)
+    spec = label_spec(labels, multi=multi)
+    call = compile_call(frame, template, op="classify", output=spec, **kwargs)
+    check_new_columns(call.adapter, call.frame, [out])
+    return call
+
+
+def llm_classify(
+    frame: Any, template: str, labels: object, *, out: str = "label", **kwargs: Any
+) -> Any:
+    """Implementation of ``df.llm.classify``; see the accessor for documentation."""
+    call = compile_classify(frame, template, labels, out=out, **kwargs)
+    runs: list[RunStats] = []
+    outcomes = run(call, runs)
+    record_op("classify", runs)
+    dtype = "list[str]" if call.plan.relquery.output.kind == "labels" else "str"
+    result = call.adapter.with_column(call.frame, out, [o.value for o in outcomes], dtype)
+    return _finish(frame, call, outcomes, result, f"{out}_error")
+
+
+def _finish(
+    original: Any, call: Call, outcomes: Sequence[Outcome], result: Any, error_column: str
+) -> Any:
+    """Row-aligned operators: add the error column (``errors="keep"``) or raise RowErrors."""
+    errors = _row_errors(call, outcomes)
+    if call.settings["errors"] == "keep":
+        reasons = [None if o.ok else _describe(o) for o in outcomes]
+        result = call.adapter.with_column(result, error_column, reasons, "str")
+    elif errors:
+        raise RowErrors(errors, relazy(original, result))
+    return relazy(original, result)
+
+
+def llm_plan(frame: Any, template: str, *, op: str = "map", **kwargs: Any) -> Any:
+    """Implementation of ``df.llm.plan``: the plan(s) of a call, nothing sent.
+
+    Returns a :class:`Plan` for ``map``, ``filter``, ``extract``, ``classify``
+    and ``join``; a :class:`~semframe.agg.AggPlan` for ``agg`` and a
+    :class:`~semframe.topk.TopkPlan` for ``topk`` (their later relQueries
+    depend on earlier answers).
+    """
+    if op in OPS:
+        kwargs.pop("out", None)
+        return compile_call(frame, template, op=op, **kwargs).plan
+    if op == "extract":
+        return compile_extract(frame, template, _required(kwargs, "schema", op), **kwargs).plan
+    if op == "classify":
+        labels = _required(kwargs, "labels", op)
+        return compile_classify(frame, template, labels, **kwargs).plan
+    if op == "agg":
+        from semframe.agg import plan_agg
+
+        return plan_agg(frame, template, **kwargs)
+    if op == "topk":
+        from semframe.topk import plan_topk
+
+        return plan_topk(frame, template, _required(kwargs, "k", op), **kwargs)
+    if op == "join":
+        from semframe.join import compile_join
+
+        return compile_join(frame, _required(kwargs, "other", op), template, **kwargs).call.plan
+    msg = (
+        f"unknown op {op!r}.{did_you_mean(op, ALL_OPS)} Valid ops: {', '.join(map(repr, ALL_OPS))}."
+    )
+    raise InputError(msg)
+
+
+def _required(kwargs: dict[str, Any], name: str, op: str) -> Any:
+    if name not in kwargs:
+        msg = f"plan(op={op!r}) needs the {op} argument {name!r}, as the operator itself does."
+        raise InputError(msg)
+    return kwargs.pop(name)
 
 
 def _describe(outcome: Outcome) -> str:
     return f"{outcome.error_kind}: {outcome.error} (after {outcome.attempts} attempt(s))"
 
 
-def _check_out(call: Call, out: str) -> None:
-    if not isinstance(out, str) or not out:
-        msg = f"out must be a non-empty column name, got {out!r}."
-        raise InputError(msg)
-    if out in call.adapter.columns(call.frame):
-        msg = f"out={out!r} would overwrite an existing column; choose another name."
-        raise InputError(msg)
+def check_new_columns(
+    adapter: FrameAdapter, frame: Any, names: Sequence[str], what: str = "out"
+) -> None:
+    """Fail unless every name is a non-empty string naming no existing column."""
+    existing = adapter.columns(frame)
+    for out in names:
+        if not isinstance(out, str) or not out:
+            msg = f"{what} must be a non-empty column name, got {out!r}."
+            raise InputError(msg)
+        if out in existing:
+            msg = f"{what}={out!r} would overwrite an existing column; choose another name."
+            raise InputError(msg)
 
 
-def _relazy(original: Any, result: Any) -> Any:
+def relazy(original: Any, result: Any) -> Any:
+    """``result`` made lazy again when the caller passed a LazyFrame."""
     if is_lazy(original):
         return result.lazy()
     return result
