@@ -1,0 +1,342 @@
+"""Dated API prices as data, and the billing arithmetic.
+
+The table lives in ``semframe/data/prices.toml``: per model its provider, prices
+per million tokens (input, cached input / cache reads, cache writes for the 5
+minute and 1 hour TTLs, output), the batch discount, the minimum cacheable
+prompt length, the date the price is known to have been in effect and the page
+it was taken from. Users add or override models with ``[prices."model-name"]``
+tables in ``semframe.toml``; :func:`price_for` takes those tables as a mapping.
+
+Examples
+--------
+>>> p = price_for("gpt-4.1-mini")
+>>> p.input, p.cached_input, p.output, p.min_cacheable_tokens
+(0.4, 0.1, 1.6, 1024)
+>>> c = cost(p, uncached_input_tokens=1_000_000, cached_input_tokens=1_000_000)
+>>> round(c.total, 6)
+0.5
+>>> price_for("claude-sonnet-4-5-20250929").model
+'claude-sonnet-4-5'
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from semframe.errors import ConfigError
+
+__all__ = ["Cost", "Price", "cost", "known_models", "load_prices", "price_for"]
+
+Provider = Literal["openai", "anthropic"]
+_PROVIDERS = ("openai", "anthropic")
+_PER = 1_000_000
+
+
+@dataclass(frozen=True)
+class Price:
+    """The price of one model, in US dollars per million tokens.
+
+    Attributes
+    ----------
+    model : str
+        Canonical model name (dated snapshots map to it).
+    provider : {"openai", "anthropic"}
+        Which API serves it; decides the caching rules.
+    input : float
+        Uncached input tokens.
+    output : float
+        Output tokens.
+    cache_read : float
+        Input tokens served from the prompt cache (OpenAI "cached input",
+        Anthropic "cache reads").
+    cache_write_5m : float
+        Anthropic cache writes with the 5-minute TTL (OpenAI: ``input``; writes
+        are free there, cached prompts are billed as ordinary input).
+    cache_write_1h : float
+        Anthropic cache writes with the 1-hour TTL (OpenAI: ``input``).
+    min_cacheable_tokens : int
+        Shortest prefix the provider caches.
+    cache_step_tokens : int
+        Cached prefixes grow in steps of this many tokens (OpenAI 128, Anthropic 1).
+    batch_discount : float
+        Multiplier on every component for batch requests (0.5 = 50% off).
+    as_of : str
+        ISO date the price is known to have been in effect.
+    source : str
+        Where the price is published.
+    note : str or None
+        Caveats (e.g. long-context surcharges not modelled).
+    """
+
+    model: str
+    provider: Provider
+    input: float
+    output: float
+    cache_read: float
+    cache_write_5m: float
+    cache_write_1h: float
+    min_cacheable_tokens: int
+    cache_step_tokens: int
+    batch_discount: float
+    as_of: str
+    source: str
+    note: str | None = None
+
+    @property
+    def cached_input(self) -> float:
+        """OpenAI's name for :attr:`cache_read`."""
+        return self.cache_read
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Dollars of one request or a sum of requests, by component.
+
+    Examples
+    --------
+    >>> a = Cost(uncached_input=1.0, cached_input=0.5, cache_writes=0.0, output=2.0)
+    >>> (a + a).total
+    7.0
+    """
+
+    uncached_input: float = 0.0
+    cached_input: float = 0.0
+    cache_writes: float = 0.0
+    output: float = 0.0
+
+    @property
+    def total(self) -> float:
+        """Sum of all components."""
+        return self.uncached_input + self.cached_input + self.cache_writes + self.output
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            self.uncached_input + other.uncached_input,
+            self.cached_input + other.cached_input,
+            self.cache_writes + other.cache_writes,
+            self.output + other.output,
+        )
+
+
+def cost(
+    price: Price,
+    *,
+    uncached_input_tokens: int = 0,
+    cached_input_tokens: int = 0,
+    cache_write_5m_tokens: int = 0,
+    cache_write_1h_tokens: int = 0,
+    output_tokens: int = 0,
+    batch: bool = False,
+) -> Cost:
+    """Bill token counts at ``price``.
+
+    Token counts are disjoint: OpenAI's ``prompt_tokens`` is
+    ``uncached_input_tokens + cached_input_tokens``; Anthropic's ``input_tokens``
+    is ``uncached_input_tokens`` and its cache counts are given separately.
+
+    Parameters
+    ----------
+    price : Price
+        From :func:`price_for`.
+    uncached_input_tokens, cached_input_tokens : int
+        Input tokens billed at ``input`` and at ``cache_read``.
+    cache_write_5m_tokens, cache_write_1h_tokens : int
+        Anthropic cache writes (always 0 on OpenAI).
+    output_tokens : int
+        Generated tokens.
+    batch : bool
+        Apply the batch discount to every component.
+
+    Returns
+    -------
+    Cost
+
+    Examples
+    --------
+    >>> p = price_for("claude-sonnet-4-5")
+    >>> c = cost(p, uncached_input_tokens=100, cache_write_5m_tokens=2000,
+    ...          cached_input_tokens=0, output_tokens=10)
+    >>> round(c.cache_writes, 6), round(c.total, 6)
+    (0.0075, 0.00795)
+    >>> round(cost(p, output_tokens=1_000_000, batch=True).total, 2)
+    7.5
+    """
+    counts = (
+        uncached_input_tokens,
+        cached_input_tokens,
+        cache_write_5m_tokens,
+        cache_write_1h_tokens,
+        output_tokens,
+    )
+    if any(n < 0 for n in counts):
+        msg = f"token counts must be >= 0, got {counts}"
+        raise ValueError(msg)
+    k = price.batch_discount if batch else 1.0
+    return Cost(
+        uncached_input=uncached_input_tokens * price.input * k / _PER,
+        cached_input=cached_input_tokens * price.cache_read * k / _PER,
+        cache_writes=(
+            cache_write_5m_tokens * price.cache_write_5m
+            + cache_write_1h_tokens * price.cache_write_1h
+        )
+        * k
+        / _PER,
+        output=output_tokens * price.output * k / _PER,
+    )
+
+
+# ---------------------------------------------------------------- the table
+
+_FLOAT_KEYS = (
+    "input",
+    "output",
+    "cache_read",
+    "cache_write_5m",
+    "cache_write_1h",
+    "batch_discount",
+)
+_INT_KEYS = ("min_cacheable_tokens", "cache_step_tokens")
+_STR_KEYS = ("as_of", "source", "note")
+_ALIASES = {"cached_input": "cache_read"}
+_VALID_KEYS = ("provider", *_FLOAT_KEYS, *_INT_KEYS, *_STR_KEYS, *_ALIASES)
+_SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
+
+
+@functools.cache
+def _table() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    text = importlib.resources.files("semframe").joinpath("data/prices.toml").read_text("utf-8")
+    doc = tomllib.loads(text)
+    return doc.get("defaults", {}), doc["prices"]
+
+
+def _make(model: str, raw: Mapping[str, Any], defaults: Mapping[str, Mapping[str, Any]]) -> Price:
+    where = f"price of {model!r}"
+    unknown = sorted(set(raw) - set(_VALID_KEYS))
+    if unknown:
+        msg = f"{where}: unknown field(s) {unknown}; valid fields: {', '.join(_VALID_KEYS)}"
+        raise ConfigError(msg)
+    provider = raw.get("provider")
+    if provider not in _PROVIDERS:
+        msg = f"{where}: provider must be one of {_PROVIDERS}, got {provider!r}"
+        raise ConfigError(msg)
+    values: dict[str, Any] = dict(defaults.get(provider, {}))
+    for key, value in raw.items():
+        values[_ALIASES.get(key, key)] = value
+    for key in ("input", "output"):
+        if key not in values:
+            msg = f"{where}: {key!r} (dollars per million tokens) is required"
+            raise ConfigError(msg)
+    inp = values["input"]
+    values.setdefault("cache_read", inp)
+    if provider == "anthropic":
+        values.setdefault("cache_write_5m", 1.25 * inp)
+        values.setdefault("cache_write_1h", 2.0 * inp)
+        values.setdefault("min_cacheable_tokens", 1024)
+    else:
+        values.setdefault("cache_write_5m", inp)
+        values.setdefault("cache_write_1h", inp)
+    values.setdefault("min_cacheable_tokens", 1024)
+    values.setdefault("cache_step_tokens", 1)
+    values.setdefault("batch_discount", 0.5)
+    values.setdefault("as_of", "unknown")
+    values.setdefault("source", "user override")
+    for key in _FLOAT_KEYS:
+        v = values[key]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            msg = f"{where}: {key!r} must be a number >= 0, got {v!r}"
+            raise ConfigError(msg)
+        values[key] = float(v)
+    for key in _INT_KEYS:
+        v = values[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            msg = f"{where}: {key!r} must be an integer >= 1, got {v!r}"
+            raise ConfigError(msg)
+    for key in _STR_KEYS:
+        v = values.get(key)
+        if v is not None:
+            values[key] = str(v)
+    return Price(model=model, **values)
+
+
+def load_prices(overrides: Mapping[str, Any] | None = None) -> dict[str, Price]:
+    """All known prices: the shipped table with ``overrides`` applied.
+
+    Parameters
+    ----------
+    overrides : mapping of model name to mapping, optional
+        ``[prices."model-name"]`` tables from ``semframe.toml``. For a model in
+        the shipped table, the given fields replace the shipped ones; a new
+        model needs at least ``provider``, ``input`` and ``output``.
+
+    Examples
+    --------
+    >>> ps = load_prices({"my-model": {"provider": "openai", "input": 1, "output": 2}})
+    >>> ps["my-model"].cache_read, ps["my-model"].source
+    (1.0, 'user override')
+    """
+    defaults, table = _table()
+    merged: dict[str, dict[str, Any]] = {m: dict(v) for m, v in table.items()}
+    for model, fields_ in (overrides or {}).items():
+        if not isinstance(fields_, Mapping):
+            msg = f'[prices."{model}"] must be a table of fields, got {fields_!r}'
+            raise ConfigError(msg)
+        base = merged.get(model, {})
+        update = dict(fields_)
+        if not base:
+            update.setdefault("source", "user override")
+        elif "source" not in update:
+            update["source"] = f"{base.get('source', '')} (overridden in semframe.toml)".strip()
+        merged[model] = {**base, **update}
+    return {m: _make(m, raw, defaults) for m, raw in merged.items()}
+
+
+def known_models(overrides: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """Model names with a price, sorted.
+
+    Examples
+    --------
+    >>> "gpt-4o-mini" in known_models()
+    True
+    """
+    return sorted(load_prices(overrides))
+
+
+def price_for(model: str, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Price:
+    """The price of ``model``.
+
+    Dated snapshots and ``-latest`` aliases resolve to the base model
+    (``gpt-4o-2024-08-06`` -> ``gpt-4o``), and a ``provider/`` prefix is ignored.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown model; the message lists the known models and how to
+        add one.
+
+    Examples
+    --------
+    >>> price_for("gpt-4o-2024-08-06").model
+    'gpt-4o'
+    >>> price_for("no-such-model")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.errors.ConfigError: no price for model 'no-such-model'; known models: ...
+    """
+    prices = load_prices(overrides)
+    name = model.rsplit("/", 1)[-1] if model not in prices else model
+    for candidate in (model, name, _SNAPSHOT.sub("", name)):
+        if candidate in prices:
+            return prices[candidate]
+    msg = (
+        f"no price for model {model!r}; known models: {', '.join(sorted(prices))}. "
+        f'Add one with a [prices."{model}"] table in semframe.toml, e.g. '
+        f'provider = "openai", input = 0.40, cached_input = 0.10, output = 1.60 '
+        f"(dollars per million tokens)"
+    )
+    raise ConfigError(msg)
