@@ -199,6 +199,13 @@ SETTINGS: dict[str, Setting] = {
             "Send through the provider's batch API (50% off; results within 24 h).",
         ),
         Setting(
+            "cache_dir",
+            _opt_str,
+            None,
+            "Directory for semframe's files (pending batches). None: "
+            "$XDG_CACHE_HOME/semframe or ~/.cache/semframe.",
+        ),
+        Setting(
             "batch_poll_seconds",
             _positive_float,
             30.0,

@@ -55,6 +55,28 @@ class TransientError(SemframeError):
         self.retry_after = retry_after
 
 
+class RequestRejected(SemframeError):
+    """A per-request failure that retrying cannot fix (the API refused this one prompt).
+
+    The executor records it against the row at once, without retries, and the
+    run goes on.
+    """
+
+
+class RunAborted(BackendError):
+    """A run stopped early because the backend failed for every request alike.
+
+    Raised for errors no retry can fix (a rejected API key, an unknown model).
+    ``answered`` counts rows that had been answered before the stop; ``outcomes``
+    holds them (in the caller's row order; ``None`` where nothing was received).
+    """
+
+    def __init__(self, message: str, *, answered: int = 0, outcomes: list[Any] | None = None):
+        super().__init__(message)
+        self.answered = answered
+        self.outcomes = outcomes or []
+
+
 @dataclass(frozen=True)
 class RowError:
     """Why one row has no value.

@@ -12,16 +12,18 @@ needs it. Other groups keep the other slots busy meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from semframe import _aio
 from semframe.backends.base import Backend, Completion, Request, Usage
-from semframe.errors import SemframeError, TransientError
+from semframe.errors import RequestRejected, RunAborted, SemframeError, TransientError
 from semframe.parse import ParseError
 from semframe.plan import Plan
 from semframe.progress import Progress
@@ -78,6 +80,8 @@ class RunStats:
     wall_seconds: float
     workers: int
     expected_hit_rate: float
+    dollars: float | None = None
+    batch: bool = False
 
     @property
     def cached_share(self) -> float:
@@ -90,7 +94,10 @@ class RunStats:
             f"{self.rows} rows, {self.requests} requests, {self.errors} errors, "
             f"{self.retries} retries; prompt {self.prompt_tokens:,} tok, cached "
             f"{self.cached_tokens:,} ({self.cached_share:.1%}), output {self.output_tokens:,} "
-            f"tok; {self.wall_seconds:.2f} s with {self.workers} worker(s))"
+            f"tok; {self.wall_seconds:.2f} s with {self.workers} worker(s)"
+            + (f"; ${self.dollars:.4f}" if self.dollars is not None else "")
+            + (" (batch)" if self.batch else "")
+            + ")"
         )
 
 
@@ -211,6 +218,55 @@ class _NaiveDispatcher(_Dispatcher):
             self.in_flight -= 1
 
 
+_SEND = None  # what a retry policy yields when it wants the request sent
+
+
+def _policy(
+    request: Request,
+    parse: Callable[[str], Any],
+    totals: _Totals,
+    lock: threading.Lock,
+    *,
+    max_retries: int,
+    parse_retries: int,
+) -> Any:
+    """Retry policy of one request, as a generator shared by every driver.
+
+    It yields ``_SEND`` when the request should be sent and a number of seconds
+    when the driver should wait; it is sent back a :class:`Completion` or the
+    :class:`TransientError` / :class:`RequestRejected` the attempt raised; it
+    returns the :class:`Outcome`.
+    """
+    attempts = 0
+    transient_left = max_retries
+    parse_left = parse_retries
+    raw: str | None = None
+    while True:
+        attempts += 1
+        result = yield _SEND
+        if isinstance(result, TransientError | RequestRejected):
+            with lock:
+                totals.sent += 1
+            if isinstance(result, RequestRejected) or transient_left <= 0:
+                return Outcome(None, raw, "backend", str(result), attempts)
+            transient_left -= 1
+            with lock:
+                totals.retries += 1
+            yield _backoff(attempts, result.retry_after)
+            continue
+        raw = result.text
+        with lock:
+            totals.add(result.usage)
+        try:
+            return Outcome(parse(raw), raw, None, None, attempts)
+        except ParseError as exc:
+            if parse_left <= 0:
+                return Outcome(None, raw, "parse", str(exc), attempts)
+            parse_left -= 1
+            with lock:
+                totals.retries += 1
+
+
 def execute(
     plan: Plan,
     backend: Backend,
@@ -221,8 +277,17 @@ def execute(
     progress: str = "auto",
     group_aware: bool = True,
     sleep: Callable[[float], None] = time.sleep,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    deadline: float | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
+
+    Backends with an async ``acomplete`` (the API backends) run on semframe's
+    I/O loop with up to ``max_concurrency`` requests in flight, prefix groups
+    fanned out as soon as their first request has been answered (so the
+    provider has cached the prefix) and client-side rate limits applied. Other
+    backends run on worker threads, one slot each (see the module docs).
 
     Parameters
     ----------
@@ -243,7 +308,13 @@ def execute(
         kept for benchmarks: requests go out in plan order to whichever worker
         is free, with no slot hint.
     sleep : callable
-        Used for backoff (tests pass a fake clock).
+        Used for backoff on the thread path (tests pass a fake clock).
+    rpm, tpm : int, optional
+        Client-side limits (async backends): requests and tokens per minute,
+        tokens estimated as prompt bytes / 4 plus ``max_tokens``.
+    deadline : float, optional
+        Seconds after which one attempt of an async request counts as timed out
+        (a guard above the SDK's own timeout).
 
     Returns
     -------
@@ -251,8 +322,13 @@ def execute(
         Aligned with ``plan.requests`` (execution order).
     stats : RunStats
         Totals for the run.
+
+    Raises
+    ------
+    RunAborted
+        When the backend fails for every request alike (a rejected key); rows
+        answered before the stop are attached to it.
     """
-    global _last_run
     start = time.monotonic()
     n = len(plan.requests)
     workers = max(1, min(backend.capabilities.max_concurrency, max_concurrency or n or 1, n or 1))
@@ -262,36 +338,33 @@ def execute(
     bar = Progress(n, f"{plan.relquery.op} on {backend.name}", mode=progress)
     parse = plan.relquery.output.parse
 
+    def policy(request: Request) -> Any:
+        return _policy(
+            request,
+            parse,
+            totals,
+            lock,
+            max_retries=max_retries,
+            parse_retries=parse_retries,
+        )
+
     def run_one(request: Request, slot: int | None) -> Outcome:
-        attempts = 0
-        transient_left = max_retries
-        parse_left = parse_retries
-        raw: str | None = None
+        steps = policy(request)
+        command = next(steps)
         while True:
-            attempts += 1
+            result: Any = None
+            if command is _SEND:
+                try:
+                    result = _one(backend, request, slot)
+                except (TransientError, RequestRejected) as exc:
+                    result = exc
+            else:
+                sleep(command)
             try:
-                completion = _one(backend, request, slot)
-            except TransientError as exc:
-                with lock:
-                    totals.sent += 1
-                if transient_left <= 0:
-                    return Outcome(None, raw, "backend", str(exc), attempts)
-                transient_left -= 1
-                with lock:
-                    totals.retries += 1
-                sleep(_backoff(attempts, exc.retry_after))
-                continue
-            raw = completion.text
-            with lock:
-                totals.add(completion.usage)
-            try:
-                return Outcome(parse(raw), raw, None, None, attempts)
-            except ParseError as exc:
-                if parse_left <= 0:
-                    return Outcome(None, raw, "parse", str(exc), attempts)
-                parse_left -= 1
-                with lock:
-                    totals.retries += 1
+                command = steps.send(result)
+            except StopIteration as stop:
+                outcome: Outcome = stop.value
+                return outcome
 
     def record(pos: int, outcome: Outcome) -> None:
         outcomes[pos] = outcome
@@ -302,24 +375,56 @@ def execute(
             if bar.enabled:
                 bar.update(totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors)
 
+    acomplete = getattr(backend, "acomplete", None)
     try:
-        if workers == 1:
+        if acomplete is not None:
+            limiter = _RateLimiter(rpm, tpm) if (rpm or tpm) else None
+            _aio.run(
+                _run_async(
+                    plan,
+                    workers,
+                    acomplete=acomplete,
+                    policy=policy,
+                    record=record,
+                    limiter=limiter,
+                    deadline=deadline,
+                )
+            )
+        elif workers == 1:
             for request in plan.requests:
                 record(request.id, run_one(request, 0))
         else:
             _run_threads(plan, workers, run_one, record, group_aware=group_aware)
+    except RunAborted as exc:
+        exc.outcomes = plan.restore(outcomes)
+        exc.answered = sum(1 for o in outcomes if o is not None and o.ok)
+        exc.args = (f"{exc.args[0]} ({exc.answered} of {n} rows had been answered)",)
+        raise
     finally:
         bar.close()
     done = [o for o in outcomes if o is not None]
     if len(done) != n:  # pragma: no cover - guarded by the dispatcher
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
-    stats = RunStats(
+    stats = _stats(plan, backend, totals, start, workers, batch=False)
+    _record_run(stats)
+    return done, stats
+
+
+def _record_run(stats: RunStats) -> None:
+    global _last_run
+    _last_run = stats
+
+
+def _stats(
+    plan: Plan, backend: Backend, totals: _Totals, start: float, workers: int, *, batch: bool
+) -> RunStats:
+    return RunStats(
         op=plan.relquery.op,
         backend=backend.name,
         model=backend.model,
         reorder=plan.reorder,
-        rows=n,
+        rows=len(plan.requests),
         requests=totals.sent,
         prompt_tokens=totals.prompt_tokens,
         cached_tokens=totals.cached_tokens,
@@ -330,9 +435,40 @@ def execute(
         wall_seconds=time.monotonic() - start,
         workers=workers,
         expected_hit_rate=plan.expected_hit_rate,
+        dollars=bill(backend, totals, batch=batch),
+        batch=batch,
     )
-    _last_run = stats
-    return done, stats
+
+
+def bill(backend: Backend, usage: Any, *, batch: bool = False) -> float | None:
+    """Dollars for ``usage`` (token totals) at the price of ``backend``'s model.
+
+    ``None`` for backends without a price (local engines, unknown models).
+    """
+    if backend.name not in {"openai", "anthropic"}:
+        return None
+    from semframe.errors import ConfigError
+    from semframe.pricing import cost, price_for
+
+    try:
+        price = price_for(backend.model)
+    except ConfigError:
+        return None
+    write_1h = getattr(backend, "cache_ttl", "5m") == "1h"
+    writes = usage.cache_write_tokens
+    if backend.name == "openai":  # prompt_tokens includes the cached ones
+        uncached = usage.prompt_tokens - usage.cached_tokens
+    else:
+        uncached = usage.prompt_tokens - usage.cached_tokens - writes
+    return cost(
+        price,
+        uncached_input_tokens=max(0, uncached),
+        cached_input_tokens=usage.cached_tokens,
+        cache_write_5m_tokens=0 if write_1h else writes,
+        cache_write_1h_tokens=writes if write_1h else 0,
+        output_tokens=usage.output_tokens,
+        batch=batch,
+    ).total
 
 
 def _one(backend: Backend, request: Request, slot: int | None) -> Completion:
@@ -340,6 +476,167 @@ def _one(backend: Backend, request: Request, slot: int | None) -> Completion:
         return completion
     msg = f"backend {backend.name!r} returned no completion for request {request.id}"
     raise TransientError(msg)
+
+
+class _RateLimiter:
+    """Token buckets for requests and tokens per minute (async, first come first served).
+
+    Each bucket holds up to ten seconds of its rate, so a burst cannot exceed
+    one sixth of the per-minute limit.
+    """
+
+    def __init__(
+        self, rpm: int | None, tpm: int | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.clock = clock
+        self.limits = [limit / 60.0 for limit in (rpm, tpm) if limit]
+        self.kinds = [kind for kind, limit in (("requests", rpm), ("tokens", tpm)) if limit]
+        self.capacity = [max(1.0, rate * 10) for rate in self.limits]
+        self.level = list(self.capacity)
+        self.last = clock()
+        self.lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        elapsed, self.last = now - self.last, now
+        for i, rate in enumerate(self.limits):
+            self.level[i] = min(self.capacity[i], self.level[i] + rate * elapsed)
+
+    def wait_time(self, tokens: int) -> float:
+        """Seconds until a request of ``tokens`` may go (0: now, and taken)."""
+        self._refill()
+        needs = [1.0 if kind == "requests" else float(tokens) for kind in self.kinds]
+        needs = [min(need, cap) for need, cap in zip(needs, self.capacity, strict=True)]
+        wait = max(
+            ((need - level) / rate if level < need else 0.0)
+            for need, level, rate in zip(needs, self.level, self.limits, strict=True)
+        )
+        if wait <= 0:
+            for i, need in enumerate(needs):
+                self.level[i] -= need
+        return wait
+
+    async def acquire(self, tokens: int) -> None:
+        async with self.lock:
+            while (wait := self.wait_time(tokens)) > 0:
+                await asyncio.sleep(wait)
+
+
+class _AsyncDispatcher:
+    """Prefix groups for a shared cache: leaders first, then each group fanned out.
+
+    A group's first request goes alone; once it has been answered (and the
+    provider holds its prefix), the group's other requests are sent ahead of
+    any new group, as fast as concurrency allows, so a group's requests reach
+    the provider close together in time while other groups' leaders keep the
+    remaining capacity busy.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self.groups = [_Group(g.start, g.stop, g.start) for g in plan.groups]
+        self.unstarted: deque[int] = deque(range(len(self.groups)))
+        self.open: deque[int] = deque()
+        self.in_flight = 0
+        self.stopped = False
+        self.cond = asyncio.Condition()
+
+    async def take(self) -> tuple[int, int] | None:
+        async with self.cond:
+            while not self.stopped:
+                while (
+                    self.open and self.groups[self.open[0]].next >= self.groups[self.open[0]].stop
+                ):
+                    self.open.popleft()
+                if self.open:
+                    return self._pop(self.open[0])
+                if self.unstarted:
+                    return self._pop(self.unstarted.popleft())
+                if self.in_flight == 0:
+                    return None
+                await self.cond.wait()
+            return None
+
+    def _left(self, index: int) -> int:
+        g = self.groups[index]
+        return g.stop - g.next
+
+    def _pop(self, index: int) -> tuple[int, int]:
+        g = self.groups[index]
+        request = g.next
+        g.next += 1
+        self.in_flight += 1
+        return index, request
+
+    async def done(self, index: int, request: int) -> None:
+        async with self.cond:
+            g = self.groups[index]
+            if request == g.start:
+                g.leader_done = True
+                if g.next < g.stop:
+                    self.open.append(index)
+            self.in_flight -= 1
+            self.cond.notify_all()
+
+    async def stop(self) -> None:
+        async with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+async def _run_async(
+    plan: Plan,
+    workers: int,
+    *,
+    acomplete: Callable[[Request], Awaitable[Completion]],
+    policy: Callable[[Request], Any],
+    record: Callable[[int, Outcome], None],
+    limiter: _RateLimiter | None,
+    deadline: float | None,
+) -> None:
+    dispatcher = _AsyncDispatcher(plan)
+    failures: list[BaseException] = []
+
+    async def drive(request: Request) -> Outcome:
+        steps = policy(request)
+        command = next(steps)
+        estimate = (len(request.prompt) + len(request.system or "")) // 4 + request.max_tokens
+        while True:
+            result: Any = None
+            if command is _SEND:
+                if limiter is not None:
+                    await limiter.acquire(estimate)
+                try:
+                    result = await asyncio.wait_for(acomplete(request), deadline)
+                except (TransientError, RequestRejected) as exc:
+                    result = exc
+                except TimeoutError:
+                    result = TransientError(f"no answer within {deadline:.0f} s")
+            else:
+                await asyncio.sleep(command)
+            try:
+                command = steps.send(result)
+            except StopIteration as stop:
+                outcome: Outcome = stop.value
+                return outcome
+
+    async def work() -> None:
+        while True:
+            taken = await dispatcher.take()
+            if taken is None:
+                return
+            index, pos = taken
+            try:
+                record(pos, await drive(plan.requests[pos]))
+            except Exception as exc:
+                failures.append(exc)
+                await dispatcher.stop()
+                return
+            finally:
+                await dispatcher.done(index, pos)
+
+    await asyncio.gather(*(work() for _ in range(workers)))
+    if failures:
+        raise failures[0]
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:

@@ -240,6 +240,12 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     <BLANKLINE>
     >>> [(g.start, g.stop) for g in plan.groups], plan.group_key(plan.groups[0])
     ([(0, 2)], (('movie', 'Alien'),))
+
+    Each request knows its cacheable prefixes and how many requests share them:
+
+    >>> [(plan.requests[1].prompt[:end].strip().splitlines()[-1], n)
+    ...  for end, n in plan.requests[1].prefix]
+    [('Summarize [review] of [movie].', 2), ('movie: Alien', 2)]
     """
     ordering.validate(rq.table.n_rows, rq.fields)
     instructions = render_instructions(rq)
@@ -251,13 +257,15 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     missing = {f: {f"{f}: {MISSING}\n"} for f in rq.fields}
     system, schema = rq.system, rq.output.schema
     max_tokens, temperature = rq.max_tokens, rq.temperature
-    requests: list[Request] = []
+    rows_parts: list[list[str]] = []
     starts: list[int] = []
     shared: list[int] = []
+    equal: list[int] = []  # whole leading segments equal to the previous request's
+    group_of: list[int] = []
     prev: list[str] = []
-    group_id = -1
     for pos, (row, order) in enumerate(zip(ordering.rows, ordering.fields, strict=True)):
         parts = [segments[f][row] for f in order]
+        same = 0
         if pos == 0:
             shared.append(0)
         else:
@@ -270,19 +278,65 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
                         common += len(labels[name])
                     break
                 common += len(a)
+                same += 1
             shared.append(common)
+        equal.append(same)
         if pos == 0 or not parts or parts[0] != prev[0] or parts[0] in missing[order[0]]:
             starts.append(pos)
-            group_id += 1
+        group_of.append(len(starts) - 1)
         prev = parts
-        requests.append(
-            Request(
-                pos, row, head + "".join(parts), system, max_tokens, temperature, schema, group_id
-            )
+        rows_parts.append(parts)
+    levels = _prefix_levels(equal, rows_parts, len(head))
+    requests = [
+        Request(
+            pos,
+            row,
+            head + "".join(parts),
+            system,
+            max_tokens,
+            temperature,
+            schema,
+            group_of[pos],
+            levels[pos],
         )
+        for pos, (row, parts) in enumerate(zip(ordering.rows, rows_parts, strict=True))
+    ]
     bounds = zip(starts, [*starts[1:], len(requests)], strict=False)
     groups = [PrefixGroup(a, b) for a, b in bounds]
     return Plan(rq, ordering, reorder, instructions, tuple(requests), tuple(groups), tuple(shared))
+
+
+def _prefix_levels(
+    equal: Sequence[int], parts: Sequence[Sequence[str]], head: int
+) -> list[tuple[tuple[int, int], ...]]:
+    """Per request: (end, shared_by) for the instructions and each shared field depth.
+
+    ``equal[i]`` is how many whole leading segments request ``i`` shares with
+    request ``i - 1``. At depth ``d`` a run of consecutive requests with
+    ``equal >= d`` between neighbours shares its first ``d`` segments; each of
+    its members gets ``(end of its first d segments, run length)``.
+    """
+    n = len(equal)
+    base = ((head, n),) if n else ()
+    levels: list[tuple[tuple[int, int], ...]] = [base] * n
+    extra: dict[int, list[tuple[int, int]]] = {}
+    depth = 1
+    deepest = max(equal, default=0)
+    while depth <= deepest:
+        i = 0
+        while i < n:
+            j = i + 1
+            while j < n and equal[j] >= depth:
+                j += 1
+            if j - i >= 2:
+                for m in range(i, j):
+                    end = head + sum(len(s) for s in parts[m][:depth])
+                    extra.setdefault(m, []).append((end, j - i))
+            i = j
+        depth += 1
+    for m, found in extra.items():
+        levels[m] = base + tuple(found)
+    return levels
 
 
 def _key_of(rq: RelQuery, ordering: Ordering, start: int, stop: int) -> tuple[tuple[str, str], ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from semframe._paths import cache_dir
 from semframe.backends import Backend, get_backend
 from semframe.config import ResolvedConfig
 from semframe.errors import InputError
@@ -73,11 +74,27 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
     cfg = call.settings
     backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
     check_context(call, backend)
-    outcomes, stats = execute(
-        call.plan,
-        backend,
-        max_concurrency=cfg["max_concurrency"],
-        max_retries=cfg["max_retries"],
-        progress=cfg["progress"],
-    )
+    if cfg["batch"]:
+        from semframe.batch import run_batch
+
+        outcomes, stats = run_batch(
+            call.plan,
+            backend,
+            directory=cache_dir(cfg["cache_dir"]),
+            poll_seconds=cfg["batch_poll_seconds"],
+            max_retries=cfg["max_retries"],
+            progress=cfg["progress"],
+        )
+    else:
+        outcomes, stats = execute(
+            call.plan,
+            backend,
+            max_concurrency=cfg["max_concurrency"],
+            max_retries=cfg["max_retries"],
+            progress=cfg["progress"],
+            rpm=cfg["rpm"],
+            tpm=cfg["tpm"],
+            # A guard above the SDK's own timeout, for servers that trickle bytes.
+            deadline=cfg["timeout"] * 1.5 + 5,
+        )
     return call.plan.restore(outcomes), stats

@@ -27,6 +27,8 @@ __all__ = [
 
 BACKENDS: dict[str, str] = {
     "local": "semframe.backends.local:create",
+    "openai": "semframe.backends.openai:create",
+    "anthropic": "semframe.backends.anthropic:create",
     "fake": "semframe.backends.fake:create",
 }
 """Backend name -> ``"module:factory"``; the factory takes ``(model, settings)``."""
@@ -57,10 +59,10 @@ def get_backend(name: str, *, model: str | None, settings: Mapping[str, Any]) ->
     --------
     >>> get_backend("fake", model=None, settings={}).name
     'fake'
-    >>> get_backend("opnai", model=None, settings={})
+    >>> get_backend("opnai", model=None, settings={})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    semframe.errors.ConfigError: unknown backend 'opnai'. Valid backends: 'local', 'fake'.
+    semframe.errors.ConfigError: unknown backend 'opnai'. Did you mean 'openai'? Valid backends: ...
     """
     if name not in BACKENDS:
         msg = (

@@ -32,6 +32,12 @@ class Request(NamedTuple):
         JSON schema the answer must follow, for backends that constrain decoding.
     group : int
         Prefix group: consecutive requests sharing their leading field.
+    prefix : tuple of (int, int)
+        Cacheable prefixes of ``prompt``, shortest first: ``(end, shared_by)``
+        means ``prompt[:end]`` (whole labeled segments) is the start of
+        ``shared_by`` consecutive requests including this one. The first is the
+        instruction block, shared by the whole relQuery. API backends place
+        cache breakpoints here.
     """
 
     id: int
@@ -42,6 +48,7 @@ class Request(NamedTuple):
     temperature: float
     schema: Mapping[str, Any] | None
     group: int
+    prefix: tuple[tuple[int, int], ...] = ()
 
     def messages(self) -> list[dict[str, str]]:
         """Chat messages for this request (system first, when given)."""

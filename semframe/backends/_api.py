@@ -1,0 +1,177 @@
+"""What the OpenAI and Anthropic backends share: errors, secrets, batching records.
+
+The SDKs of both providers come from the same generator and raise the same
+family of exceptions; :func:`classify_error` turns any of them into one of
+semframe's three outcomes for a request:
+
+- :class:`~semframe.errors.TransientError`: worth retrying (timeouts, connection
+  errors, 408, 409, 429, 5xx, 529 and malformed responses), with the server's
+  ``Retry-After`` when it sent one;
+- :class:`~semframe.errors.RequestRejected`: this one prompt was refused (400,
+  413, 422); retrying cannot help, the row gets the error and the run goes on;
+- :class:`~semframe.errors.RunAborted`: every request would fail alike (401,
+  402, 403, 404: a bad key, no credit, an unknown model); the run stops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from semframe.backends.base import Completion
+from semframe.errors import RequestRejected, RunAborted, SemframeError, TransientError
+
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+_FATAL_STATUS = frozenset({401, 402, 403, 404})
+_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|sk-ant-[A-Za-z0-9_\-]{8,})\b")
+
+
+def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """Remove API keys from ``text``: the given secrets, and anything key-shaped.
+
+    Examples
+    --------
+    >>> scrub("bad key sk-proj-abcdefghijkl given", [])
+    'bad key *** given'
+    >>> scrub("token=hunter2hunter2", ["hunter2hunter2"])
+    'token=***'
+    """
+    for secret in secrets:
+        if secret and len(secret) >= 6:
+            text = text.replace(secret, "***")
+    return _KEYLIKE.sub("***", text)
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms`` or ``retry-after``).
+
+    Examples
+    --------
+    >>> retry_after({"retry-after-ms": "1500"}), retry_after({"retry-after": "2"})
+    (1.5, 2.0)
+    >>> retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
+    True
+    """
+    if not headers:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw) / scale
+        except ValueError:
+            continue
+        if 0 <= value <= 600:
+            return value
+    return None
+
+
+def classify_error(
+    exc: BaseException, *, provider: str, secrets: Iterable[str | None]
+) -> Exception:
+    """Map an SDK exception to a semframe error (see the module docs).
+
+    Anything that is not an SDK error comes back unchanged.
+    """
+    name = type(exc).__name__
+    status = getattr(exc, "status_code", None)
+    detail = scrub(_message(exc), secrets)
+    if name == "APITimeoutError" or isinstance(exc, TimeoutError):
+        return TransientError(f"{provider}: request timed out ({detail})")
+    if name == "APIConnectionError":
+        return TransientError(f"{provider}: connection failed ({detail})")
+    if name == "APIResponseValidationError" or isinstance(exc, json.JSONDecodeError):
+        return TransientError(f"{provider}: malformed response ({detail})")
+    if isinstance(status, int):
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+        text = f"{provider}: HTTP {status}: {detail}"
+        if status in _RETRYABLE_STATUS or status >= 500:
+            return TransientError(text, retry_after=retry_after(headers))
+        if status in _FATAL_STATUS:
+            return RunAborted(text + _fatal_hint(status, provider))
+        return RequestRejected(text)
+    return exc if isinstance(exc, Exception) else SemframeError(detail)
+
+
+def _message(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+    return str(exc) or type(exc).__name__
+
+
+def _fatal_hint(status: int, provider: str) -> str:
+    env = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+    if status == 401:
+        return f". Check the API key ({env}, or the client you passed)."
+    if status == 404:
+        return ". Check the model name and base_url."
+    return ""
+
+
+def cache_key(*parts: str) -> str:
+    """A short stable digest of ``parts``, for cache keys and routing keys.
+
+    Examples
+    --------
+    >>> cache_key("a", "b") == cache_key("a", "b") != cache_key("ab")
+    True
+    """
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\x00")
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """Where a provider batch stands.
+
+    Attributes
+    ----------
+    id : str
+        The provider's batch id.
+    state : str
+        The provider's own status word (``in_progress``, ``ended``...).
+    done : bool
+        Whether results can be fetched (or the batch ended without them).
+    counts : mapping
+        Request counts by state, as the provider reports them.
+    """
+
+    id: str
+    state: str
+    done: bool
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+
+BatchResult = Completion | TransientError | RequestRejected
+"""One request's batch outcome: an answer, a retryable failure, or a refusal."""
+
+
+def custom_id(request_id: int) -> str:
+    """Batch custom id of the request at plan position ``request_id``."""
+    return f"r{request_id}"
+
+
+def request_id_of(custom: str) -> int | None:
+    """Inverse of :func:`custom_id`; ``None`` for ids semframe did not make."""
+    if custom.startswith("r") and custom[1:].isdigit():
+        return int(custom[1:])
+    return None
+
+
+def jsonable(obj: Any) -> Any:
+    """A pydantic SDK object (or plain data) as plain JSON data."""
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    return obj

@@ -1,0 +1,378 @@
+"""``backend="anthropic"``: the Anthropic Messages API, with cache breakpoints.
+
+Anthropic caches only where the request says so: a ``cache_control`` breakpoint
+(at most 4 per request) marks the end of a prefix to cache. Writing a prefix
+costs more than sending it (1.25x input for the 5-minute TTL, 2x for 1 hour);
+reading it back costs 0.1x. semframe places breakpoints from the plan:
+
+- at the end of the shared instructions (every request of the relQuery starts
+  with them), and
+- at the end of each deeper prefix the request shares with its neighbours in
+  GGR order (its leading fields; ``Request.prefix`` lists them with how many
+  consecutive requests share each),
+
+and only where it pays: the prefix reaches the model's minimum cacheable length
+(counted approximately: Anthropic publishes no tokenizer) and enough requests
+share it that the reads repay the write premium (``n`` sharers pay when
+``w + 0.1 (n - 1) < n`` for write multiplier ``w``: 2 sharers at 5 minutes, 3 at
+1 hour).
+
+Keys come from ``ANTHROPIC_API_KEY`` (or a client you pass); they never appear in
+reprs, errors or logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from semframe import _aio
+from semframe.backends._api import (
+    BatchResult,
+    BatchStatus,
+    classify_error,
+    custom_id,
+    jsonable,
+    request_id_of,
+    scrub,
+)
+from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.errors import ConfigError, MissingDependencyError, RequestRejected, TransientError
+
+DEFAULT_MODEL = "claude-haiku-4-5"
+MAX_BREAKPOINTS = 4
+BATCH_LIMIT = 100_000
+"""Requests per message batch (Anthropic's limit)."""
+READ_MULTIPLIER = 0.1
+WRITE_MULTIPLIER = {"5m": 1.25, "1h": 2.0}
+
+
+def _require() -> Any:
+    try:
+        import anthropic
+    except ImportError:
+        msg = "backend 'anthropic' needs the anthropic SDK: pip install 'semframe[anthropic]'"
+        raise MissingDependencyError(msg) from None
+    return anthropic
+
+
+def min_sharers(ttl: str) -> int:
+    """Fewest requests sharing a prefix for a cache write to pay for itself.
+
+    Examples
+    --------
+    >>> min_sharers("5m"), min_sharers("1h")
+    (2, 3)
+    """
+    write = WRITE_MULTIPLIER[ttl]
+    # n sharers: one write and n - 1 reads against n uncached sends.
+    return math.floor((write - READ_MULTIPLIER) / (1 - READ_MULTIPLIER)) + 1
+
+
+@lru_cache(maxsize=64)
+def min_cacheable_tokens(model: str) -> int:
+    """The model's minimum cacheable prompt length (1,024 when the model is unknown)."""
+    from semframe.errors import ConfigError as _Unknown
+    from semframe.pricing import price_for
+
+    try:
+        return price_for(model).min_cacheable_tokens
+    except _Unknown:
+        return 1024
+
+
+def choose_breakpoints(
+    levels: Sequence[tuple[int, int]], tokens: Sequence[int], *, minimum: int, ttl: str
+) -> list[int]:
+    """Character offsets of the breakpoints to place, shortest prefix first.
+
+    Parameters
+    ----------
+    levels : sequence of (end, shared_by)
+        ``Request.prefix``.
+    tokens : sequence of int
+        Tokens of the whole cached part (system and prompt) up to each level.
+    minimum : int
+        The model's minimum cacheable length.
+    ttl : {"5m", "1h"}
+        Cache lifetime (sets the write premium).
+
+    Examples
+    --------
+    >>> choose_breakpoints([(100, 50), (400, 6), (900, 1)], [900, 1500, 2600],
+    ...                    minimum=1024, ttl="5m")
+    [400]
+    >>> choose_breakpoints([(100, 50), (400, 2)], [1100, 1500], minimum=1024, ttl="1h")
+    [100]
+    """
+    need = min_sharers(ttl)
+    useful = [
+        end
+        for (end, shared), count in zip(levels, tokens, strict=True)
+        if shared >= need and count >= minimum
+    ]
+    if len(useful) > MAX_BREAKPOINTS:  # keep the most shared one and the deepest ones
+        useful = [useful[0], *useful[-(MAX_BREAKPOINTS - 1) :]]
+    return useful
+
+
+class AnthropicBackend:
+    """Messages on the Anthropic API with plan-driven cache breakpoints.
+
+    Parameters
+    ----------
+    model : str
+        Claude model name.
+    client : anthropic.Anthropic or anthropic.AsyncAnthropic, optional
+        A client you built; semframe uses a copy with its own timeout and the
+        SDK's retries off.
+    base_url : str, optional
+        API URL (for a proxy or the provider emulator).
+    timeout : float
+        Seconds per request.
+    max_concurrency : int
+        Requests in flight at once.
+    cache_ttl : {"5m", "1h"}
+        Lifetime of the cache entries semframe writes.
+    """
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        timeout: float = 120.0,
+        max_concurrency: int = 32,
+        cache_ttl: str = "5m",
+    ) -> None:
+        anthropic = _require()
+        if cache_ttl not in WRITE_MULTIPLIER:
+            msg = f"cache_ttl must be '5m' or '1h', got {cache_ttl!r}."
+            raise ConfigError(msg)
+        self.model = model
+        self.cache_ttl = cache_ttl
+        if client is None:
+            if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+                msg = (
+                    "backend 'anthropic' needs an API key: set the ANTHROPIC_API_KEY "
+                    "environment variable, or pass client=anthropic.Anthropic(api_key=...)."
+                )
+                raise ConfigError(msg)
+            client = anthropic.AsyncAnthropic(base_url=base_url)
+        elif not isinstance(client, anthropic.Anthropic | anthropic.AsyncAnthropic):
+            msg = (
+                f"client must be an anthropic.Anthropic or anthropic.AsyncAnthropic, got "
+                f"{type(client).__name__}."
+            )
+            raise ConfigError(msg)
+        self._client = client.with_options(timeout=timeout, max_retries=0)
+        self._async = isinstance(client, anthropic.AsyncAnthropic)
+        self._secrets = (getattr(client, "api_key", None), getattr(client, "auth_token", None))
+        self.base_url = str(self._client.base_url)
+        self._minimum = min_cacheable_tokens(model)
+        self._token_cache: dict[str, int] = {}
+        self.capabilities = Capabilities(
+            prefix_cache="shared",
+            json_schema=False,
+            logprobs=False,
+            max_concurrency=max_concurrency,
+            context_window=200_000,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"AnthropicBackend(model={self.model!r}, base_url={self.base_url!r}, "
+            f"cache_ttl={self.cache_ttl!r})"
+        )
+
+    # -- request shaping ---------------------------------------------------------
+
+    def breakpoints(self, request: Request) -> list[int]:
+        """Where this request's cache breakpoints go (offsets into its prompt)."""
+        if not request.prefix:
+            return []
+        # Approximate (o200k) counts, added up piece by piece: the pieces (system,
+        # instructions, labeled fields) repeat across rows, so each is counted once.
+        total = self._tokens(request.system or "")
+        counts: list[int] = []
+        start = 0
+        for end, _ in request.prefix:
+            total += self._tokens(request.prompt[start:end])
+            counts.append(total)
+            start = end
+        return choose_breakpoints(request.prefix, counts, minimum=self._minimum, ttl=self.cache_ttl)
+
+    def _tokens(self, text: str) -> int:
+        found = self._token_cache.get(text)
+        if found is None:
+            from semframe.tokens import count
+
+            found = count([text])[0] if text else 0
+            if len(self._token_cache) > 200_000:
+                self._token_cache.clear()
+            self._token_cache[text] = found
+        return found
+
+    def body(self, request: Request) -> dict[str, Any]:
+        """The Messages request body for ``request`` (no secrets)."""
+        control = {"type": "ephemeral", "ttl": self.cache_ttl}
+        cuts = self.breakpoints(request)
+        blocks: list[dict[str, Any]] = []
+        start = 0
+        for end in cuts:
+            blocks.append(
+                {"type": "text", "text": request.prompt[start:end], "cache_control": control}
+            )
+            start = end
+        if start < len(request.prompt):
+            blocks.append({"type": "text", "text": request.prompt[start:]})
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            # No temperature: the Messages API of current models (SDK 2.x) takes none.
+            "messages": [{"role": "user", "content": blocks}],
+        }
+        if request.system:
+            body["system"] = [{"type": "text", "text": request.system}]
+        return body
+
+    async def acomplete(self, request: Request) -> Completion:
+        """Send one request; raise semframe's error types on failure."""
+        body = self.body(request)
+        message = await self._call(self._client.messages.create, **body)
+        return _completion(request.id, jsonable(message))
+
+    def generate(
+        self, requests: Sequence[Request], *, slot: int | None = None
+    ) -> Iterator[Completion]:
+        for request in requests:
+            yield _aio.run(self.acomplete(request))
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Approximate counts (o200k; Anthropic publishes no tokenizer)."""
+        from semframe.tokens import count_for_model
+
+        return list(count_for_model(texts, self.model).tokens)
+
+    # -- batch API ---------------------------------------------------------------
+
+    batch_limit = BATCH_LIMIT
+
+    def batch_submit(self, requests: Sequence[Request]) -> str:
+        """Start a message batch of ``requests``; returns its id."""
+        items = [{"custom_id": custom_id(r.id), "params": self.body(r)} for r in requests]
+        batch = _aio.run(self._call(self._client.messages.batches.create, requests=items))
+        return str(batch.id)
+
+    def batch_status(self, batch_id: str) -> BatchStatus:
+        batch = _aio.run(self._call(self._client.messages.batches.retrieve, batch_id))
+        counts = jsonable(batch.request_counts) or {}
+        state = str(batch.processing_status)
+        return BatchStatus(batch_id, state, state == "ended", dict(counts))
+
+    def batch_results(self, batch_id: str) -> dict[int, BatchResult]:
+        """Outcomes by plan position; requests missing from the results are absent."""
+
+        async def fetch() -> dict[int, BatchResult]:
+            out: dict[int, BatchResult] = {}
+            results = await self._call(self._client.messages.batches.results, batch_id)
+            if self._async:
+                async for item in results:
+                    self._batch_item(jsonable(item), out)
+            else:
+                for item in await asyncio.to_thread(list, results):
+                    self._batch_item(jsonable(item), out)
+            return out
+
+        return _aio.run(fetch())
+
+    def _batch_item(self, item: Mapping[str, Any], out: dict[int, BatchResult]) -> None:
+        rid = request_id_of(str(item.get("custom_id", "")))
+        if rid is None:
+            return
+        result = item.get("result") or {}
+        kind = result.get("type")
+        if kind == "succeeded":
+            out[rid] = _completion(rid, result.get("message") or {})
+            return
+        detail = scrub(str(result.get("error") or kind)[:300], self._secrets)
+        error = (result.get("error") or {}).get("error") or result.get("error") or {}
+        error_type = error.get("type") if isinstance(error, Mapping) else None
+        if kind in {"expired", "canceled"} or error_type in {
+            "rate_limit_error",
+            "overloaded_error",
+            "api_error",
+        }:
+            out[rid] = TransientError(f"anthropic batch: {kind}: {detail}")
+        else:
+            out[rid] = RequestRejected(f"anthropic batch: {kind}: {detail}")
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if self._async:
+                return await fn(*args, **kwargs)
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as exc:
+            raise classify_error(exc, provider="anthropic", secrets=self._secrets) from None
+
+
+def _completion(request_id: int, message: Mapping[str, Any]) -> Completion:
+    content = message.get("content") or []
+    text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+    usage = message.get("usage") or {}
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    write = int(usage.get("cache_creation_input_tokens") or 0)
+    fresh = int(usage.get("input_tokens") or 0)
+    return Completion(
+        request_id,
+        text,
+        Usage(
+            prompt_tokens=fresh + read + write,
+            cached_tokens=read,
+            cache_write_tokens=write,
+            output_tokens=int(usage.get("output_tokens") or 0),
+        ),
+        message.get("stop_reason"),
+    )
+
+
+_backends: dict[tuple[Any, ...], AnthropicBackend] = {}
+
+
+def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
+    """Factory for ``backend="anthropic"`` (clients are reused across calls)."""
+    client = settings.get("client")
+    base_url = settings.get("base_url")
+    timeout = float(settings.get("timeout") or 120.0)
+    concurrency = settings.get("max_concurrency") or 32
+    ttl = settings.get("cache_ttl") or "5m"
+    key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN") or ""
+    ident = (
+        model or DEFAULT_MODEL,
+        base_url,
+        client,
+        timeout,
+        concurrency,
+        ttl,
+        hashlib.sha256(key.encode()).hexdigest(),
+    )
+    backend = _backends.get(ident)
+    if backend is None:
+        backend = AnthropicBackend(
+            model or DEFAULT_MODEL,
+            client=client,
+            base_url=base_url,
+            timeout=timeout,
+            max_concurrency=concurrency,
+            cache_ttl=ttl,
+        )
+        _backends[ident] = backend
+    return backend

@@ -1,0 +1,386 @@
+"""``backend="openai"``: the OpenAI API, or any OpenAI-compatible server (``base_url``).
+
+Requests go through the official ``openai`` SDK (its async client, on semframe's
+I/O loop). OpenAI caches prompt prefixes automatically: prompts of 1,024 tokens
+or more are served from cache in 128-token steps when a recent request started
+the same way and was routed to the same machine. Routing hashes the start of the
+prompt together with ``prompt_cache_key``, so semframe sets that key from the
+request's prefix group: the rows that share a prefix (in GGR order, neighbours)
+land on the same cache, and different groups spread over different machines
+instead of overflowing one. The shared instructions are byte-identical across
+a relQuery's requests by construction (the planner renders them once).
+
+Keys come from ``OPENAI_API_KEY`` (or a client you pass); they never appear in
+reprs, errors or logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from semframe import _aio
+from semframe.backends._api import (
+    BatchResult,
+    BatchStatus,
+    cache_key,
+    classify_error,
+    custom_id,
+    request_id_of,
+    scrub,
+)
+from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.errors import ConfigError, MissingDependencyError, RequestRejected, TransientError
+
+DEFAULT_MODEL = "gpt-4.1-mini"
+BATCH_LIMIT = 50_000
+"""Requests per batch file (OpenAI's limit)."""
+
+_WINDOWS = (
+    ("gpt-4.1", 1_047_576),
+    ("gpt-5", 400_000),
+    ("gpt-4o", 128_000),
+    ("o1", 200_000),
+    ("o3", 200_000),
+    ("o4", 200_000),
+)
+
+
+def _require() -> Any:
+    try:
+        import openai
+    except ImportError:
+        msg = "backend 'openai' needs the openai SDK: pip install 'semframe[openai]'"
+        raise MissingDependencyError(msg) from None
+    return openai
+
+
+def context_window(model: str) -> int | None:
+    """Context window of a known OpenAI model family, else ``None``.
+
+    Examples
+    --------
+    >>> context_window("gpt-4o-mini"), context_window("my-local-model")
+    (128000, None)
+    """
+    name = model.lower().rsplit("/", 1)[-1]
+    for prefix, window in _WINDOWS:
+        if name.startswith(prefix):
+            return window
+    return None
+
+
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON schema in the form OpenAI's strict structured outputs accept.
+
+    Every object lists all its properties as required and forbids others.
+
+    Examples
+    --------
+    >>> s = strict_schema({"type": "object", "properties": {"a": {"type": "string"}}})
+    >>> s["required"], s["additionalProperties"]
+    (['a'], False)
+    """
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, Mapping):
+            out[key] = {k: strict_schema(v) for k, v in value.items()}
+        elif (key == "items" and isinstance(value, Mapping)) or isinstance(value, Mapping):
+            out[key] = strict_schema(value)
+        else:
+            out[key] = value
+    if out.get("type") == "object" and "properties" in out:
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
+class OpenAIBackend:
+    """Chat Completions on the OpenAI API or an OpenAI-compatible server.
+
+    Parameters
+    ----------
+    model : str
+        Model name as the server knows it.
+    client : openai.OpenAI or openai.AsyncOpenAI, optional
+        A client you built; semframe uses a copy with its own timeout and with
+        the SDK's retries off (semframe retries, honouring ``Retry-After``).
+    base_url : str, optional
+        Server URL (``http://127.0.0.1:8080/v1`` for a llama.cpp server).
+    timeout : float
+        Seconds per request.
+    max_concurrency : int
+        Requests in flight at once.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        timeout: float = 120.0,
+        max_concurrency: int = 64,
+    ) -> None:
+        openai = _require()
+        self.model = model
+        self._compatible = base_url is not None or bool(os.environ.get("OPENAI_BASE_URL"))
+        if client is None:
+            key = os.environ.get("OPENAI_API_KEY")
+            if not key:
+                if not self._compatible:
+                    msg = (
+                        "backend 'openai' needs an API key: set the OPENAI_API_KEY "
+                        "environment variable, or pass client=openai.OpenAI(api_key=...). "
+                        "For an OpenAI-compatible server without keys, pass base_url=."
+                    )
+                    raise ConfigError(msg)
+                key = "no-key-needed"
+            client = openai.AsyncOpenAI(api_key=key, base_url=base_url)
+        elif not isinstance(client, openai.OpenAI | openai.AsyncOpenAI):
+            msg = (
+                f"client must be an openai.OpenAI or openai.AsyncOpenAI, got "
+                f"{type(client).__name__}."
+            )
+            raise ConfigError(msg)
+        else:
+            self._compatible = self._compatible or "api.openai.com" not in str(client.base_url)
+        self._client = client.with_options(timeout=timeout, max_retries=0)
+        self._async = isinstance(client, openai.AsyncOpenAI)
+        self._secrets = (getattr(client, "api_key", None),)
+        self.base_url = str(self._client.base_url)
+        self.capabilities = Capabilities(
+            prefix_cache="shared",
+            json_schema=True,
+            logprobs=False,
+            max_concurrency=max_concurrency,
+            context_window=context_window(model),
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r})"
+
+    # -- one request -------------------------------------------------------------
+
+    def body(self, request: Request) -> dict[str, Any]:
+        """The Chat Completions request body for ``request`` (no secrets)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages(),
+            "temperature": request.temperature,
+            "prompt_cache_key": self.routing_key(request),
+        }
+        # Compatible servers (llama.cpp, vLLM) know max_tokens; OpenAI prefers the new name.
+        body["max_tokens" if self._compatible else "max_completion_tokens"] = request.max_tokens
+        if request.schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "answer",
+                    "schema": strict_schema(request.schema),
+                    "strict": True,
+                },
+            }
+        return body
+
+    @staticmethod
+    def routing_key(request: Request) -> str:
+        """``prompt_cache_key``: a digest of the prefix the request shares with its group.
+
+        Requests of one prefix group (same instructions and first field) get
+        the same key; the whole relQuery shares the instruction-level key when
+        no field is shared.
+        """
+        levels = request.prefix
+        end = levels[1][0] if len(levels) > 1 else (levels[0][0] if levels else 0)
+        return "semframe-" + cache_key(request.system or "", request.prompt[:end])
+
+    async def acomplete(self, request: Request) -> Completion:
+        """Send one request; raise semframe's error types on failure."""
+        body = self.body(request)
+        try:
+            if self._async:
+                response = await self._client.chat.completions.create(**body)
+            else:
+                response = await asyncio.to_thread(self._client.chat.completions.create, **body)
+        except Exception as exc:
+            raise classify_error(exc, provider="openai", secrets=self._secrets) from None
+        return _completion(request.id, response)
+
+    def generate(
+        self, requests: Sequence[Request], *, slot: int | None = None
+    ) -> Iterator[Completion]:
+        for request in requests:
+            yield _aio.run(self.acomplete(request))
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        from semframe.tokens import count_for_model
+
+        return list(count_for_model(texts, self.model).tokens)
+
+    # -- batch API ---------------------------------------------------------------
+
+    batch_limit = BATCH_LIMIT
+
+    def batch_submit(self, requests: Sequence[Request]) -> str:
+        """Upload ``requests`` as a JSONL file and start a batch; returns its id."""
+        lines = [
+            json.dumps(
+                {
+                    "custom_id": custom_id(r.id),
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": self.body(r),
+                },
+                ensure_ascii=False,
+            )
+            for r in requests
+        ]
+        payload = ("\n".join(lines) + "\n").encode()
+        name = f"semframe-{hashlib.sha256(payload).hexdigest()[:12]}.jsonl"
+
+        async def submit() -> str:
+            upload = await self._call(
+                self._client.files.create, file=(name, io.BytesIO(payload)), purpose="batch"
+            )
+            batch = await self._call(
+                self._client.batches.create,
+                input_file_id=upload.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata={"source": "semframe"},
+            )
+            return str(batch.id)
+
+        return _aio.run(submit())
+
+    def batch_status(self, batch_id: str) -> BatchStatus:
+        batch = _aio.run(self._call(self._client.batches.retrieve, batch_id))
+        counts = batch.request_counts
+        state = str(batch.status)
+        return BatchStatus(
+            batch_id,
+            state,
+            state in {"completed", "failed", "expired", "cancelled"},
+            {
+                "total": counts.total if counts else 0,
+                "completed": counts.completed if counts else 0,
+                "failed": counts.failed if counts else 0,
+            },
+        )
+
+    def batch_results(self, batch_id: str) -> dict[int, BatchResult]:
+        """Outcomes by plan position; requests missing from the output are absent."""
+
+        async def fetch() -> dict[int, BatchResult]:
+            batch = await self._call(self._client.batches.retrieve, batch_id)
+            out: dict[int, BatchResult] = {}
+            for file_id in (batch.output_file_id, batch.error_file_id):
+                if not file_id:
+                    continue
+                content = await self._call(self._client.files.content, file_id)
+                for line in content.text.splitlines():
+                    if line.strip():
+                        self._batch_line(json.loads(line), out)
+            return out
+
+        return _aio.run(fetch())
+
+    def _batch_line(self, record: Mapping[str, Any], out: dict[int, BatchResult]) -> None:
+        rid = request_id_of(str(record.get("custom_id", "")))
+        if rid is None:
+            return
+        response = record.get("response") or {}
+        status = int(response.get("status_code") or 0)
+        error = record.get("error")
+        if status == 200 and isinstance(response.get("body"), Mapping):
+            out[rid] = _completion_from_json(rid, response["body"])
+            return
+        detail = scrub(json.dumps(error or response.get("body") or {})[:300], self._secrets)
+        if status in {408, 409, 429} or status >= 500 or status == 0:
+            out[rid] = TransientError(f"openai batch: HTTP {status or 'error'}: {detail}")
+        else:
+            out[rid] = RequestRejected(f"openai batch: HTTP {status}: {detail}")
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if self._async:
+                return await fn(*args, **kwargs)
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as exc:
+            raise classify_error(exc, provider="openai", secrets=self._secrets) from None
+
+
+def _completion(request_id: int, response: Any) -> Completion:
+    if not response.choices:
+        msg = "openai: response has no choices"
+        raise TransientError(msg)
+    choice = response.choices[0]
+    usage = response.usage
+    details = getattr(usage, "prompt_tokens_details", None) if usage else None
+    cached = getattr(details, "cached_tokens", None) or 0
+    return Completion(
+        request_id,
+        choice.message.content or "",
+        Usage(
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            cached_tokens=cached,
+            output_tokens=usage.completion_tokens if usage else 0,
+        ),
+        choice.finish_reason,
+    )
+
+
+def _completion_from_json(request_id: int, body: Mapping[str, Any]) -> Completion:
+    choices = body.get("choices") or [{}]
+    message = choices[0].get("message") or {}
+    usage = body.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return Completion(
+        request_id,
+        message.get("content") or "",
+        Usage(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            cached_tokens=int(details.get("cached_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+        ),
+        choices[0].get("finish_reason"),
+    )
+
+
+_backends: dict[tuple[Any, ...], OpenAIBackend] = {}
+
+
+def create(model: str | None, settings: Mapping[str, Any]) -> OpenAIBackend:
+    """Factory for ``backend="openai"`` (clients are reused across calls)."""
+    client = settings.get("client")
+    base_url = settings.get("base_url")
+    timeout = float(settings.get("timeout") or 120.0)
+    concurrency = settings.get("max_concurrency") or 64
+    key = os.environ.get("OPENAI_API_KEY") or ""
+    ident = (
+        model or DEFAULT_MODEL,
+        base_url,
+        id(client) if client is not None else None,
+        timeout,
+        concurrency,
+        hashlib.sha256(key.encode()).hexdigest(),
+    )
+    backend = _backends.get(ident)
+    if backend is None:
+        backend = OpenAIBackend(
+            model or DEFAULT_MODEL,
+            client=client,
+            base_url=base_url,
+            timeout=timeout,
+            max_concurrency=concurrency,
+        )
+        _backends[ident] = backend
+    return backend

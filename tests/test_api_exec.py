@@ -1,0 +1,359 @@
+"""Async execution, rate limits, batch mode and breakpoints, without any server.
+
+The API backends' machinery is tested here with small in-process backends; the
+same paths against the official SDKs and the provider emulator are in
+``test_api_backends.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import semframe
+from semframe.backends._api import BatchResult, BatchStatus, classify_error, retry_after, scrub
+from semframe.backends.anthropic import choose_breakpoints, min_sharers
+from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.batch import run_batch, state_path
+from semframe.errors import RequestRejected, RunAborted, TransientError
+from semframe.execute import _RateLimiter, execute
+from semframe.ops import compile_call
+
+
+def _plan(n_groups: int = 4, per_group: int = 5, op: str = "map"):  # type: ignore[no-untyped-def]
+    df = pd.DataFrame(
+        {
+            "movie": [f"movie {g}" for g in range(n_groups) for _ in range(per_group)],
+            "review": [f"review {g}-{i}" for g in range(n_groups) for i in range(per_group)],
+        }
+    )
+    return compile_call(df, "Summarize {review} of {movie}", op=op, backend="fake").plan
+
+
+class AsyncBackend:
+    """An async backend: answers after a delay, records send and finish times."""
+
+    name = "async-fake"
+    model = "m"
+
+    def __init__(self, *, delay: float = 0.005, concurrency: int = 8) -> None:
+        self.capabilities = Capabilities(prefix_cache="shared", max_concurrency=concurrency)
+        self.delay = delay
+        self.events: list[tuple[str, int]] = []
+        self.in_flight = 0
+        self.peak = 0
+        self.failures: dict[int, list[BaseException]] = {}
+
+    async def acomplete(self, request: Request) -> Completion:
+        self.events.append(("send", request.id))
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay)
+            queue = self.failures.get(request.row)
+            if queue:
+                raise queue.pop(0)
+            return Completion(request.id, f"answer {request.row}", Usage(10, 4, 0, 2))
+        finally:
+            self.in_flight -= 1
+            self.events.append(("done", request.id))
+
+    def generate(
+        self, requests: Sequence[Request], *, slot: int | None = None
+    ) -> Iterator[Completion]:
+        raise AssertionError("async backends are driven through acomplete")
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(t) for t in texts]
+
+
+def test_async_path_answers_every_row_and_restores_order() -> None:
+    plan = _plan()
+    backend = AsyncBackend()
+    outcomes, stats = execute(plan, backend, max_concurrency=8, progress="off")
+    assert [o.value for o in plan.restore(outcomes)] == [f"answer {i}" for i in range(20)]
+    assert stats.requests == 20
+    assert stats.prompt_tokens == 200
+    assert stats.cached_tokens == 80
+    assert 1 < backend.peak <= 8
+
+
+def test_group_members_wait_for_their_leader_then_fan_out() -> None:
+    plan = _plan(n_groups=3, per_group=6)
+    backend = AsyncBackend(concurrency=16)
+    execute(plan, backend, max_concurrency=16, progress="off")
+    for group in plan.groups:
+        leader_done = backend.events.index(("done", group.start))
+        for member in range(group.start + 1, group.stop):
+            assert backend.events.index(("send", member)) > leader_done
+    # Members were in flight together (fanned out), not sent one after another.
+    assert backend.peak >= 5
+
+
+def test_transient_errors_retried_with_retry_after_rejected_rows_not() -> None:
+    plan = _plan(n_groups=1, per_group=4)
+    backend = AsyncBackend()
+    backend.failures = {
+        0: [TransientError("429", retry_after=0.01), TransientError("503", retry_after=0.0)],
+        1: [RequestRejected("HTTP 400: prompt too long")],
+        2: [TransientError("timeout", retry_after=0.0)] * 5,
+    }
+    outcomes, stats = execute(plan, backend, max_retries=2, progress="off")
+    by_row = dict(zip(plan.ordering.rows, outcomes, strict=True))
+    assert by_row[0].ok and by_row[0].attempts == 3
+    assert by_row[1].error_kind == "backend" and "400" in str(by_row[1].error)
+    assert by_row[1].attempts == 1
+    assert by_row[2].error_kind == "backend" and by_row[2].attempts == 3
+    assert by_row[3].ok
+    assert stats.errors == 2
+    assert stats.retries == 4
+
+
+def test_run_aborted_keeps_answered_rows() -> None:
+    plan = _plan(n_groups=1, per_group=6)
+    backend = AsyncBackend(concurrency=1)
+    backend.failures = {plan.ordering.rows[3]: [RunAborted("openai: HTTP 401: bad key")]}
+    with pytest.raises(RunAborted, match="401") as info:
+        execute(plan, backend, max_concurrency=1, progress="off")
+    assert info.value.answered == 3
+    answered = [o for o in info.value.outcomes if o is not None]
+    assert len(answered) == 3 and all(o.ok for o in answered)
+    assert "3 of 6 rows had been answered" in str(info.value)
+
+
+def test_deadline_turns_a_hang_into_a_retry() -> None:
+    plan = _plan(n_groups=1, per_group=2)
+    backend = AsyncBackend(delay=5.0)
+    outcomes, _ = execute(plan, backend, max_retries=0, deadline=0.05, progress="off")
+    assert all(o.error_kind == "backend" and "no answer within" in str(o.error) for o in outcomes)
+
+
+def test_rate_limiter_spaces_requests() -> None:
+    now = [0.0]
+    limiter = _RateLimiter(rpm=60, tpm=None, clock=lambda: now[0])
+    # Ten seconds of burst at 1 request/s, then one per second.
+    assert all(limiter.wait_time(100) == 0 for _ in range(10))
+    wait = limiter.wait_time(100)
+    assert wait == pytest.approx(1.0)
+    now[0] += wait
+    assert limiter.wait_time(100) == 0
+
+
+def test_token_limit_and_oversized_requests() -> None:
+    now = [0.0]
+    limiter = _RateLimiter(rpm=None, tpm=6000, clock=lambda: now[0])  # 100 tokens/s, burst 1000
+    assert limiter.wait_time(600) == 0
+    assert limiter.wait_time(600) == pytest.approx(2.0)
+    now[0] += 10
+    assert limiter.wait_time(50_000) == 0  # clamped to the burst size, never stuck
+
+
+def test_async_run_honours_rpm() -> None:
+    plan = _plan(n_groups=1, per_group=3)
+    backend = AsyncBackend()
+    _, stats = execute(plan, backend, rpm=600, progress="off")  # burst 100: no wait
+    assert stats.errors == 0
+
+
+# -- breakpoints -----------------------------------------------------------------
+
+
+def test_min_sharers_repay_the_write_premium() -> None:
+    for ttl, write in (("5m", 1.25), ("1h", 2.0)):
+        n = min_sharers(ttl)
+        assert write + 0.1 * (n - 1) < n
+        assert not write + 0.1 * (n - 2) < n - 1
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10_000), st.integers(1, 50), st.integers(0, 5000)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from(["5m", "1h"]),
+)
+@settings(max_examples=200, deadline=None)
+def test_breakpoints_at_most_four_and_only_where_they_pay(
+    raw: list[tuple[int, int, int]], ttl: str
+) -> None:
+    levels = sorted({(end, shared) for end, shared, _ in raw})
+    tokens = sorted(t for _, _, t in raw)[: len(levels)]
+    while len(tokens) < len(levels):
+        tokens.append(tokens[-1])
+    cuts = choose_breakpoints(levels, tokens, minimum=1024, ttl=ttl)
+    assert len(cuts) <= 4
+    assert cuts == sorted(cuts)
+    by_end = {end: (shared, count) for (end, shared), count in zip(levels, tokens, strict=True)}
+    for cut in cuts:
+        shared, count = by_end[cut]
+        assert count >= 1024 and shared >= min_sharers(ttl)
+
+
+def test_plan_prefix_levels_are_shared_by_exactly_that_run() -> None:
+    plan = _plan(n_groups=3, per_group=4)
+    prompts = [r.prompt for r in plan.requests]
+    for r in plan.requests:
+        assert r.prefix[0] == (len(plan.instructions) + 2, len(plan.requests))
+        for end, shared in r.prefix:
+            run = [i for i, p in enumerate(prompts) if p[:end] == r.prompt[:end]]
+            assert len(run) == shared
+            assert run == list(range(run[0], run[0] + shared))
+            assert r.id in run
+
+
+# -- error classification ------------------------------------------------------
+
+
+class _Resp:
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
+
+
+class _StatusError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status
+        self.response = _Resp(headers or {})
+        self.body = {"error": {"message": message}}
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (429, TransientError),
+        (408, TransientError),
+        (409, TransientError),
+        (500, TransientError),
+        (529, TransientError),
+        (400, RequestRejected),
+        (422, RequestRejected),
+        (401, RunAborted),
+        (403, RunAborted),
+        (404, RunAborted),
+    ],
+)
+def test_classify_status(status: int, kind: type) -> None:
+    err = classify_error(
+        _StatusError(status, "nope sk-secretsecret123", {"retry-after": "3"}),
+        provider="openai",
+        secrets=["sk-secretsecret123"],
+    )
+    assert isinstance(err, kind)
+    assert "secret" not in str(err)
+    if kind is TransientError:
+        assert isinstance(err, TransientError)
+        assert err.retry_after == 3.0
+
+
+def test_scrub_and_retry_after() -> None:
+    assert scrub("key sk-ant-api03-abcdefghij end") == "key *** end"
+    assert retry_after({"retry-after-ms": "250"}) == 0.25
+    assert retry_after({}) is None
+
+
+# -- batch mode --------------------------------------------------------------------
+
+
+class BatchFake:
+    """A batch API in memory: batches finish after ``polls`` status checks."""
+
+    name = "openai"
+    model = "gpt-4o-mini"
+    batch_limit = 7
+
+    def __init__(self, *, polls: int = 2, answer: str = '{"answer": "yes"}') -> None:
+        self.capabilities = Capabilities(prefix_cache="shared", max_concurrency=4)
+        self.polls = polls
+        self.answer = answer
+        self.batches: dict[str, list[Request]] = {}
+        self.checks: dict[str, int] = {}
+        self.fail_once: set[int] = set()
+        self.reject: set[int] = set()
+        self.submitted: list[int] = []
+
+    def batch_submit(self, requests: Sequence[Request]) -> str:
+        batch_id = f"batch_{len(self.batches)}"
+        self.batches[batch_id] = list(requests)
+        self.checks[batch_id] = 0
+        self.submitted.append(len(requests))
+        return batch_id
+
+    def batch_status(self, batch_id: str) -> BatchStatus:
+        self.checks[batch_id] += 1
+        done = self.checks[batch_id] > self.polls
+        return BatchStatus(batch_id, "completed" if done else "in_progress", done)
+
+    def batch_results(self, batch_id: str) -> dict[int, BatchResult]:
+        out: dict[int, BatchResult] = {}
+        for r in self.batches[batch_id]:
+            if r.row in self.reject:
+                out[r.id] = RequestRejected("HTTP 400: bad")
+            elif r.row in self.fail_once:
+                self.fail_once.discard(r.row)
+                out[r.id] = TransientError("HTTP 500")
+            else:
+                out[r.id] = Completion(r.id, self.answer, Usage(100, 0, 0, 5))
+        return out
+
+    def generate(
+        self, requests: Sequence[Request], *, slot: int | None = None
+    ) -> Iterator[Completion]:
+        raise AssertionError("batch mode must not send single requests")
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [1 for _ in texts]
+
+
+def test_batch_round_trip_splits_retries_and_cleans_up(tmp_path: Path) -> None:
+    plan = _plan(n_groups=4, per_group=4, op="filter")
+    backend = BatchFake()
+    backend.fail_once = {3, 9}
+    backend.reject = {5}
+    naps: list[float] = []
+    outcomes, stats = run_batch(
+        plan, backend, directory=tmp_path, poll_seconds=7.0, progress="off", sleep=naps.append
+    )
+    rows = plan.restore(outcomes)
+    assert [o.ok for o in rows] == [i != 5 for i in range(16)]
+    assert rows[5].error_kind == "backend"
+    assert backend.submitted == [7, 7, 2, 2]  # 16 in chunks of 7, then the 2 retried rows
+    assert set(naps) == {7.0}
+    assert stats.batch and stats.errors == 1 and stats.retries == 2
+    assert stats.dollars is not None and stats.dollars > 0
+    assert not list(tmp_path.rglob("*.json"))  # state file removed when done
+
+
+def test_batch_resumes_after_the_process_died(tmp_path: Path) -> None:
+    plan = _plan(n_groups=2, per_group=3, op="filter")
+    backend = BatchFake(polls=1000)
+
+    class Died(Exception):
+        pass
+
+    def die(_: float) -> None:
+        raise Died
+
+    with pytest.raises(Died):
+        run_batch(plan, backend, directory=tmp_path, progress="off", sleep=die)
+    state = state_path(plan, backend, tmp_path)
+    assert json.loads(state.read_text())["rounds"][0]["batches"][0]["id"] == "batch_0"
+    # A new process: same call, same state file; the batch is not submitted again.
+    backend.polls = 0
+    outcomes, _ = run_batch(plan, backend, directory=tmp_path, progress="off", sleep=die)
+    assert backend.submitted == [6]
+    assert all(o.ok for o in outcomes)
+    assert not state.exists()
+
+
+def test_batch_true_through_the_accessor_needs_a_batch_api(fake: object) -> None:
+    df = pd.DataFrame({"t": ["a"]})
+    with pytest.raises(semframe.ConfigError, match="no batch API"):
+        df.llm.map("Echo {t}", backend="fake", batch=True)
