@@ -32,7 +32,11 @@ DF = pd.DataFrame({"movie_title": ["Alien", "Heat"], "review": ["tense", "long"]
         (
             lambda: DF.llm.map("Sum {review}", backend="opneai"),
             ConfigError,
-            ["unknown backend 'opneai'", "Valid backends: 'local', 'fake'"],
+            [
+                "unknown backend 'opneai'",
+                "Did you mean 'openai'?",
+                "Valid backends: 'local', 'openai', 'anthropic', 'fake'",
+            ],
         ),
         (
             lambda: DF.llm.map("Sum {review}", backend="fake", temprature=0.2),
