@@ -19,6 +19,8 @@ def workloads(draw: st.DrawFn) -> tuple[list[SimRequest], Budgets, bool]:
     n = draw(st.integers(1, 12))
     n_rel = draw(st.integers(1, 4))
     shared = {q: draw(st.lists(st.integers(0, 5), max_size=12)) for q in range(n_rel)}
+    # all requests of a relQuery arrive together
+    arrivals = {q: draw(st.sampled_from([0.0, 0.01, 0.05, 0.2, 1.0])) for q in range(n_rel)}
     raw = []
     for i in range(n):
         q = draw(st.integers(0, n_rel - 1))
@@ -26,7 +28,7 @@ def workloads(draw: st.DrawFn) -> tuple[list[SimRequest], Budgets, bool]:
         toks = shared[q] + tail
         max_tokens = draw(st.integers(1, 6))
         out = draw(st.integers(1, max_tokens))
-        arrival = draw(st.sampled_from([0.0, 0.01, 0.05, 0.2, 1.0]))
+        arrival = arrivals[q]
         raw.append((i, q, toks, max_tokens, out, arrival))
     sizes = {q: sum(1 for r in raw if r[1] == q) for q in range(n_rel)}
     reqs = [
