@@ -202,6 +202,8 @@ def _compile(
     table = _apply_truncate(adapter.to_table(frame, fields), truncate)
     keys_table = adapter.to_table(frame, by_cols)
     check_new_columns(adapter, frame, [out])
+    if cfg["errors"] == "keep":
+        check_new_columns(adapter, frame, [f"{out}_error"], "error column")
 
     # Rows in the GGR order of the fields; groups in order of first appearance.
     ordering = _reorder.order(table, cfg["reorder"])
@@ -297,7 +299,7 @@ def _budget(  # noqa: PLR0917
     if window is None:
         return chunk_tokens
     fixed_texts = [t.instruction() for t in templates]
-    longest_key = max(keys, key=lambda k: sum(map(len, k)), default=())
+    longest_key = max(keys, key=lambda k: sum(map(len, k)), default=("",) * len(by))
     fixed_texts.append("".join(f"{b}: {v}\n" for b, v in zip(by, longest_key, strict=True)))
     fixed_texts.append(system or "")
     counts = backend.count_tokens(fixed_texts)
@@ -394,17 +396,21 @@ def llm_agg(frame: Any, template: str, **kwargs: Any) -> Any:
         level += 1
         level_plan, items = _next_level(agg, pending, level)
     record_op("agg", runs, levels=level + 1 if runs else 0, groups=n_groups)
-    result = agg.adapter.reset_labels(
-        agg.adapter.select(agg.adapter.take(agg.frame, list(agg.firsts)), list(agg.by))
-    )
+    # Each group's first row carries its key columns (dtypes kept); the answer is
+    # added to it, then only the key and answer columns are kept (selecting
+    # first would leave Polars a frame with no columns and so no rows).
+    result = agg.adapter.take(agg.frame, list(agg.firsts))
     result = agg.adapter.with_column(result, agg.out, answers, "str")
+    columns = [*agg.by, agg.out]
     failed = [
         RowError(g, _key(agg, g), "agg", errors[g], 0) for g in range(n_groups) if g in errors
     ]
     if cfg["errors"] == "keep":
         reasons = [errors.get(g) for g in range(n_groups)]
-        result = agg.adapter.with_column(result, f"{agg.out}_error", reasons, "str")
-    elif failed:
+        columns.append(f"{agg.out}_error")
+        result = agg.adapter.with_column(result, columns[-1], reasons, "str")
+    result = agg.adapter.reset_labels(agg.adapter.select(result, columns))
+    if failed and cfg["errors"] != "keep":
         raise RowErrors(failed, relazy(frame, result))
     return relazy(frame, result)
 
