@@ -291,12 +291,13 @@ def load_prices(overrides: Mapping[str, Any] | None = None) -> dict[str, Price]:
         if not base:
             update.setdefault("source", "user override")
         elif "source" not in update:
-            update["source"] = f"{base.get('source', '')} (overridden in semframe.toml)".strip()
+            shipped = base.get("source") or defaults.get(base.get("provider", ""), {}).get("source")
+            update["source"] = f"{shipped} (overridden in semframe.toml)"
         merged[model] = {**base, **update}
     return {m: _make(m, raw, defaults) for m, raw in merged.items()}
 
 
-def known_models(overrides: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+def known_models(overrides: Mapping[str, Any] | None = None) -> list[str]:
     """Model names with a price, sorted.
 
     Examples
@@ -307,7 +308,7 @@ def known_models(overrides: Mapping[str, Mapping[str, Any]] | None = None) -> li
     return sorted(load_prices(overrides))
 
 
-def price_for(model: str, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Price:
+def price_for(model: str, overrides: Mapping[str, Any] | None = None) -> Price:
     """The price of ``model``.
 
     Dated snapshots and ``-latest`` aliases resolve to the base model

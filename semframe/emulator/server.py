@@ -306,7 +306,7 @@ class ProviderEmulator:
         self.batch_polls = batch_polls
         self.ledger = Ledger()
         self.faults = FaultPlan()
-        self._lock = threading.Lock()  # caches, files, batches, ids
+        self._lock = threading.RLock()  # caches, files, batches, ids
         self._openai_sims: dict[str, OpenAICacheSim] = {}
         self._anthropic_sims: dict[str, AnthropicCacheSim] = {}
         self._files: dict[str, _File] = {}
@@ -324,6 +324,7 @@ class ProviderEmulator:
             msg = "the emulator is already running"
             raise RuntimeError(msg)
         self._stopping.clear()
+        encoding("o200k_base")  # build the tokenizer now, not inside the first request
         self._server = _Server((self.host, self.port), self)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(

@@ -1,0 +1,125 @@
+"""The dated price table and billing arithmetic (semframe.pricing)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from semframe.errors import ConfigError
+from semframe.pricing import Cost, cost, known_models, load_prices, price_for
+
+
+def test_every_entry_is_dated_and_sourced() -> None:
+    prices = load_prices()
+    assert len(prices) >= 15
+    for p in prices.values():
+        assert dt.date.fromisoformat(p.as_of) <= dt.date.today()
+        assert p.source.startswith("https://")
+        assert p.output >= p.input > p.cache_read >= 0
+        assert p.batch_discount == 0.5
+        if p.provider == "openai":
+            assert (p.min_cacheable_tokens, p.cache_step_tokens) == (1024, 128)
+            assert p.cache_write_5m == p.input  # writes are free: billed as input
+        else:
+            # 1.25x / 2x / 0.1x input (Claude 3 Haiku's published figures are rounded)
+            assert p.cache_write_5m == pytest.approx(1.25 * p.input, abs=0.015)
+            assert p.cache_write_1h == pytest.approx(2.0 * p.input)
+            assert p.cache_read == pytest.approx(0.1 * p.input, abs=0.006)
+
+
+@pytest.mark.parametrize(
+    ("model", "minimum"),
+    [
+        ("claude-sonnet-4-5", 1024),
+        ("claude-opus-4-1", 1024),
+        ("claude-3-5-haiku", 2048),
+        ("claude-3-haiku", 2048),
+        ("claude-haiku-4-5", 4096),
+        ("claude-opus-4-5", 4096),
+        ("gpt-4o", 1024),
+    ],
+)
+def test_minimum_cacheable_tokens(model: str, minimum: int) -> None:
+    assert price_for(model).min_cacheable_tokens == minimum
+
+
+def test_snapshot_names_resolve() -> None:
+    assert price_for("gpt-4.1-mini-2025-04-14").model == "gpt-4.1-mini"
+    assert price_for("claude-3-5-haiku-latest").model == "claude-3-5-haiku"
+    assert price_for("claude-opus-4-5-20251101").model == "claude-opus-4-5"
+    assert price_for("openai/gpt-4o-mini").model == "gpt-4o-mini"
+
+
+def test_unknown_model_error_lists_models_and_how_to_add() -> None:
+    with pytest.raises(ConfigError) as info:
+        price_for("gpt-9")
+    msg = str(info.value)
+    assert "gpt-4o-mini" in msg and "claude-haiku-4-5" in msg
+    assert '[prices."gpt-9"]' in msg and "semframe.toml" in msg
+
+
+def test_overrides_replace_and_add() -> None:
+    over = {
+        "gpt-4o": {"input": 2.0},
+        "local-llama": {"provider": "openai", "input": 0.0, "output": 0.0},
+        "claude-new": {"provider": "anthropic", "input": 2.0, "output": 10.0},
+    }
+    p = price_for("gpt-4o", over)
+    assert (p.input, p.output, p.cache_read) == (2.0, 10.0, 1.25)
+    assert "overridden" in p.source
+    assert price_for("local-llama", over).cache_read == 0.0
+    new = price_for("claude-new", over)
+    assert (new.cache_write_5m, new.cache_write_1h, new.min_cacheable_tokens) == (2.5, 4.0, 1024)
+    assert "local-llama" in known_models(over)
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"provider": "openai", "input": 1.0}, "'output'"),
+        ({"provider": "azure", "input": 1.0, "output": 1.0}, "provider"),
+        ({"provider": "openai", "input": -1.0, "output": 1.0}, "'input'"),
+        ({"provider": "openai", "input": 1.0, "output": 1.0, "inptu": 2}, "unknown field"),
+        ({"provider": "openai", "input": 1.0, "output": 1.0, "min_cacheable_tokens": 0}, "min_"),
+    ],
+)
+def test_bad_overrides_are_config_errors(fields: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        price_for("x", {"x": fields})
+
+
+def test_cost_components() -> None:
+    p = price_for("claude-opus-4-1")  # 15 in, 18.75 / 30 writes, 1.50 reads, 75 out
+    c = cost(
+        p,
+        uncached_input_tokens=1_000_000,
+        cached_input_tokens=2_000_000,
+        cache_write_5m_tokens=1_000_000,
+        cache_write_1h_tokens=1_000_000,
+        output_tokens=100_000,
+    )
+    assert c == Cost(uncached_input=15.0, cached_input=3.0, cache_writes=48.75, output=7.5)
+    assert c.total == pytest.approx(74.25)
+    half = cost(p, uncached_input_tokens=1_000_000, output_tokens=100_000, batch=True)
+    assert half.total == pytest.approx((15.0 + 7.5) / 2)
+    with pytest.raises(ValueError, match=">= 0"):
+        cost(p, output_tokens=-1)
+
+
+@given(
+    u=st.integers(0, 10**8),
+    r=st.integers(0, 10**8),
+    o=st.integers(0, 10**7),
+    model=st.sampled_from(["gpt-4o-mini", "gpt-5", "claude-haiku-4-5"]),
+)
+def test_cache_never_costs_more_than_uncached(u: int, r: int, o: int, model: str) -> None:
+    p = price_for(model)
+    cached = cost(p, uncached_input_tokens=u, cached_input_tokens=r, output_tokens=o)
+    plain = cost(p, uncached_input_tokens=u + r, output_tokens=o)
+    assert cached.total <= plain.total + 1e-9
+    assert cost(p, uncached_input_tokens=u, batch=True).total == pytest.approx(
+        0.5 * cost(p, uncached_input_tokens=u).total
+    )
