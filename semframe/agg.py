@@ -15,7 +15,7 @@ written once (``shared by all rows:``) rather than on every row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,18 +223,16 @@ def _compile(
     backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
     level0 = _level_template(parsed, by_cols, ROWS_FIELD, _LEAF)
     level1 = _level_template(parsed, by_cols, PARTS_FIELD, _COMBINE)
-    budget = _budget(
-        backend.capabilities.context_window,
-        chunk_tokens,
-        max_tokens,
-        keys,
-        by_cols,
-        [level0, level1],
-        system,
-        backend,
-    )
     row_texts = [_render_chunk(table, [r], orders) for r in range(table.n_rows)]
-    sizes = backend.count_tokens(row_texts) if budget is not None else [0] * table.n_rows
+    window = backend.capabilities.context_window
+    fixed = ([level0, level1], keys, by_cols, system)
+    # A text's UTF-8 byte length bounds its token count from above: when every
+    # group fits by bytes, nothing needs the tokenizer (which may start an engine).
+    budget = _budget(window, chunk_tokens, max_tokens, *fixed, _utf8_sizes, backend, exact=False)
+    sizes = _utf8_sizes(row_texts)
+    if budget is None or any(sum(sizes[r] + 4 for r in rows) > budget for rows in members):
+        budget = _budget(window, chunk_tokens, max_tokens, *fixed, backend.count_tokens, backend)
+        sizes = backend.count_tokens(row_texts) if budget is not None else [0] * table.n_rows
     labels = adapter.labels(frame)
     for r, size in enumerate(sizes):
         if budget is not None and size > budget:
@@ -281,20 +279,28 @@ def _compile(
     )
 
 
+def _utf8_sizes(texts: Sequence[str]) -> list[int]:
+    return [len(t.encode()) for t in texts]
+
+
 def _budget(  # noqa: PLR0917
     window: int | None,
     chunk_tokens: int | None,
     max_tokens: int,
+    templates: Sequence[Template],
     keys: Sequence[tuple[str, ...]],
     by: Sequence[str],
-    templates: Sequence[Template],
     system: str | None,
+    count: Callable[[Sequence[str]], list[int]],
     backend: Any,
+    *,
+    exact: bool = True,
 ) -> int | None:
     """Tokens a chunk's rows may take; ``chunk_tokens`` caps it.
 
-    The window less output, instructions and the longest group key, with a
-    safety margin.
+    The window less output, instructions and the longest group key (sized
+    with ``count``), with a safety margin. Not ``exact`` (sizes are upper
+    bounds): ``None`` where only exact counts can tell whether anything fits.
     """
     if window is None:
         return chunk_tokens
@@ -302,10 +308,12 @@ def _budget(  # noqa: PLR0917
     longest_key = max(keys, key=lambda k: sum(map(len, k)), default=("",) * len(by))
     fixed_texts.append("".join(f"{b}: {v}\n" for b, v in zip(by, longest_key, strict=True)))
     fixed_texts.append(system or "")
-    counts = backend.count_tokens(fixed_texts)
+    counts = count(fixed_texts)
     fixed = max(counts[: len(templates)]) + sum(counts[len(templates) :])
     room = int(_SAFETY * (window - max_tokens - _OVERHEAD_TOKENS)) - fixed
     if room < 2 * (max_tokens + 8):
+        if not exact:
+            return None
         msg = (
             f"agg cannot fit two partial answers of max_tokens={max_tokens} in one request "
             f"on {backend.name}/{backend.model} (context window {window} tokens, of which "

@@ -159,3 +159,21 @@ def test_every_row_reaches_its_groups_answer(
         want.setdefault(g, []).append(f"r{i}")
     assert out["g"].tolist() == list(want)
     assert out["llm_output"].tolist() == [" ".join(v) for v in want.values()]
+
+
+def test_tokenizer_only_when_bytes_do_not_fit(fake: FakeBackend) -> None:
+    counted: list[int] = []
+    count = fake.count_tokens
+
+    def counting(texts: list[str]) -> list[int]:
+        counted.append(len(texts))
+        return count(texts)
+
+    fake.count_tokens = counting  # type: ignore[method-assign]
+    df = frame(9)
+    plan = df.llm.plan(TEMPLATE, op="agg", by="movie", backend="fake")
+    assert plan.chunks == (1, 1, 1)
+    assert counted == [], "UTF-8 bytes bound tokens: small groups need no tokenizer"
+    plan = df.llm.plan(TEMPLATE, op="agg", by="movie", backend="fake", chunk_tokens=40)
+    assert counted, "groups that may not fit are measured exactly"
+    assert max(plan.chunks) > 1
