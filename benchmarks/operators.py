@@ -6,7 +6,7 @@ counts are what a real model would need for the same answers). Data:
 ``../shared/data/movies_small.csv``, the first 1,000 reviews.
 
 - **topk**: "the most detailed review" (the stand-in prefers the longer
-  review), k = 1, 10, 100, five pivot seeds each. Naive: every pair compared
+  review), k = 1, 10, 100, ten pivot seeds each. Naive: every pair compared
   once, n(n-1)/2 = 499,500 calls. The result is checked against sorting.
 - **join, reviews x movies**: 1,000 reviews x 51 movies, "does this review fit
   the movie described by movie_info?". No blocking: the pair count equals the
@@ -172,7 +172,7 @@ def bench_join(df: pd.DataFrame) -> list[dict[str, object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=10)
     args = parser.parse_args()
     df = load(args.rows)
     topk = bench_topk(df, [1, 10, 100], args.seeds)

@@ -410,7 +410,7 @@ class LLMAccessor:
         Rows are ranked by pairwise comparisons ("which of A and B matches
         better?") in a partial quicksort: each round compares every
         still-relevant row with a pivot, all in one relQuery, which costs about
-        2n + O(k log k) comparisons instead of n(n-1)/2
+        n + O(k log k) comparisons instead of n(n-1)/2
         (``semframe.ops.last_op().counts`` has both).
 
         Parameters

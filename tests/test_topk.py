@@ -48,12 +48,29 @@ def test_top_k_best_first_with_index(fake: FakeBackend) -> None:
 def test_pivot_leads_every_prompt_of_a_round(fake: FakeBackend) -> None:
     fake.responder = larger
     df = pl.DataFrame({"n": list(range(30))})
-    plan = df.llm.plan("Largest {n}", op="topk", k=3, backend="fake")
+    plan = df.llm.plan("Largest {n}", op="topk", k=10, backend="fake")
     assert isinstance(plan, TopkPlan)
-    assert len(plan.first.requests) == 29
+    assert len(plan.first.requests) == 29, "k = 10 of 30: a random pivot, no knockout"
     assert len(plan.first.groups) == 1, "one pivot: one prefix group"
     assert all(r.prompt.split("\n\n")[-1].startswith("A.n: ") for r in plan.first.requests)
     assert fake.history == []
+
+
+def test_small_k_picks_its_pivot_by_knockout(fake: FakeBackend) -> None:
+    fake.responder = larger
+    df = pd.DataFrame({"n": list(range(400))})
+    plan = df.llm.plan("Largest {n}", op="topk", k=2, backend="fake")
+    assert isinstance(plan, TopkPlan)
+    assert len(plan.first.requests) == 400 // (4 * 2) // 2, "first round of the knockout"
+    out = df.llm.topk("Largest {n}", 2, backend="fake")
+    assert out["n"].tolist() == [399, 398]
+    stats = last_op()
+    assert stats is not None
+    assert stats.llm_calls < 1.5 * 400
+    # The pivot pass: 399 comparisons sharing one pivot as prefix.
+    pivot_pass = max(stats.runs, key=lambda r: r.requests)
+    assert pivot_pass.requests == 399
+    assert pivot_pass.cached_share > 0.8
 
 
 def test_polars_lazy_k_larger_than_n_and_empty(fake: FakeBackend) -> None:
