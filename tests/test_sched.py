@@ -261,3 +261,26 @@ def test_prefix_cache_hits_for_shared_instructions() -> None:
     ]
     res = simulate(reqs, make_scheduler("fcfs"))
     assert res.cache_hit_rate == pytest.approx(3 * 48 / (4 * 64))
+
+
+def test_relserve_priority_drops_once_part_of_a_relquery_is_prefilled() -> None:
+    # the paper drops prefilled requests from the decomposition: progress lowers the estimate
+    s = RelServeScheduler(starvation_threshold=None)
+    reqs = [_req(i, 0, 40, 200, 100) for i in range(40)]
+    for r in reqs:
+        s.add_waiting(r, 0.0)
+    s.update(_ctx())
+    fresh = s.rels[0].prio
+    for r in reqs[:20]:
+        s.remove_waiting(r)
+    s.update(_ctx(0.1))
+    assert s.rels[0].prio < fresh
+    # counting the running requests' decode steps in series (ablation) raises it instead
+    a = RelServeScheduler(starvation_threshold=None, count_running=True)
+    for r in reqs:
+        a.add_waiting(r, 0.0)
+    a.update(_ctx())
+    for r in reqs[:20]:
+        a.remove_waiting(r)
+    a.update(_ctx(0.1))
+    assert a.rels[0].prio > fresh

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import math
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -271,9 +272,13 @@ def pem(
     """Priority Estimation Model (eq. 10): predicted seconds to finish a relQuery.
 
     Waiting requests are decomposed by :func:`batch_decompose`; each group decodes
-    ``max_tokens`` steps. Requests already running add ``running_steps`` decode
-    steps of a batch of ``running`` (the paper drops them; without this a
-    relQuery whose requests are all running would estimate to zero).
+    ``max_tokens`` steps. The paper removes requests already prefilled from the
+    decomposition (``utok = 0``, out of the prefill and decode batches), so a
+    relQuery whose requests all run estimates to 0; ``running`` and
+    ``running_steps`` (default 0) optionally add ``running_steps`` decode steps of
+    a batch of ``running`` on top (an ablation, not the paper: it counts the
+    running requests' decode steps *in series* with the waiting ones', so the
+    estimate grows as a relQuery is prefilled).
 
     Examples
     --------
@@ -308,6 +313,12 @@ class RelServeScheduler(_RelQueryScheduler):
         Reuse the last priority while all of a relQuery's requests wait (eq. 12).
     adaptive : bool
         Use the Adaptive Batch Arranger; False always prefers prefill.
+    count_running : bool
+        Add the running requests' remaining decode steps to the estimate
+        (serially, see :func:`pem`). False (the paper, and the default): only the
+        waiting requests are decomposed.
+    seed : int
+        Seed of the random cache-miss sample.
     """
 
     mode: BatchMode = BatchMode.ADAPTIVE
@@ -317,27 +328,43 @@ class RelServeScheduler(_RelQueryScheduler):
     starvation_threshold: float | None = 2.0
     reuse: bool = True
     adaptive: bool = True
+    count_running: bool = False
+    seed: int = 0
     pem_calls: int = field(default=0, init=False)
+    _rng: random.Random = field(default_factory=random.Random, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng.seed(self.seed)
 
     @property
     def name(self) -> str:
         return Policy.RELSERVE.value
 
     def _miss_ratio(self, st: RelState, ctx: SchedContext) -> float:
+        """Eq. 11: uncached / total tokens of ``sample_size`` random waiting requests."""
+        n = len(st.waiting)
+        if n == 0:
+            return 1.0
+        k = min(self.sample_size, n)
+        picks = set(self._rng.sample(range(n), k)) if k < n else set(range(n))
+        last = max(picks)
         tok = 0
         miss = 0
         for i, r in enumerate(st.waiting):
-            if i >= self.sample_size:
+            if i in picks:
+                tok += r.prompt_len
+                miss += r.prompt_len - min(r.prompt_len, ctx.cache.probe_prefix(r))
+            if i >= last:
                 break
-            tok += r.prompt_len
-            miss += r.prompt_len - min(r.prompt_len, ctx.cache.probe_prefix(r))
         return miss / tok if tok else 1.0
 
     def _estimate(self, st: RelState, ctx: SchedContext) -> float:
         self.pem_calls += 1
         st.miss_ratio = self._miss_ratio(st, ctx)
         utoks = [r.prompt_len * st.miss_ratio for r in st.waiting]
-        steps = max((st.max_tokens - r.num_output for r in st.running.values()), default=0)
+        steps = 0
+        if self.count_running:
+            steps = max((st.max_tokens - r.num_output for r in st.running.values()), default=0)
         b = ctx.budgets
         return pem(
             utoks,
@@ -346,7 +373,7 @@ class RelServeScheduler(_RelQueryScheduler):
             max_num_seqs=b.max_num_seqs,
             max_num_batched_tokens=b.max_num_batched_tokens,
             cap=b.kv_tokens,
-            running=len(st.running),
+            running=len(st.running) if self.count_running else 0,
             running_steps=max(0, steps),
         )
 
