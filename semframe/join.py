@@ -26,7 +26,15 @@ from semframe.config import config
 from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
 from semframe.execute import RunStats
 from semframe.frames import FrameAdapter
-from semframe.ops import _apply_truncate, check_options, collect, record_op, relazy, run
+from semframe.ops import (
+    _apply_truncate,
+    check_error_column,
+    check_options,
+    collect,
+    record_op,
+    relazy,
+    run,
+)
 from semframe.ordering import Ordering
 from semframe.parse import BOOL
 from semframe.parts import parts_call
@@ -168,6 +176,9 @@ def compile_join(
     keys = _keys(on, lcols, rcols)
     max_tokens = check_options("join", max_tokens, system)
     renamed = [c + suffix if c in lcols else c for c in rcols]
+    check_error_column(adapter, left, cfg, "llm_error")
+    if cfg["errors"] == "keep" and "llm_error" in renamed:
+        check_error_column(adapter, right, cfg, "llm_error")
     clash = sorted(set(renamed) & set(lcols))
     if clash:
         msg = f"suffix={suffix!r} still leaves right columns named like left ones: {clash}."

@@ -231,6 +231,7 @@ def llm_map(frame: Any, template: str, *, out: str = "llm_output", **kwargs: Any
     """Implementation of ``df.llm.map``; see the accessor for documentation."""
     call = compile_call(frame, template, op="map", **kwargs)
     check_new_columns(call.adapter, call.frame, [out])
+    check_error_column(call.adapter, call.frame, call.settings, f"{out}_error")
     runs: list[RunStats] = []
     outcomes = run(call, runs)
     record_op("map", runs)
@@ -261,6 +262,7 @@ def compile_extract(frame: Any, template: str, schema: object, **kwargs: Any) ->
     spec, fields = record_spec(schema)
     call = compile_call(frame, template, op="extract", output=spec, **kwargs)
     check_new_columns(call.adapter, call.frame, [f.name for f in fields], "schema field")
+    check_error_column(call.adapter, call.frame, call.settings, "llm_error")
     return call
 
 
@@ -294,6 +296,7 @@ def compile_classify(
     spec = label_spec(labels, multi=multi)
     call = compile_call(frame, template, op="classify", output=spec, **kwargs)
     check_new_columns(call.adapter, call.frame, [out])
+    check_error_column(call.adapter, call.frame, call.settings, f"{out}_error")
     return call
 
 
@@ -380,6 +383,18 @@ def check_new_columns(
         if out in existing:
             msg = f"{what}={out!r} would overwrite an existing column; choose another name."
             raise InputError(msg)
+
+
+def check_error_column(
+    adapter: FrameAdapter, frame: Any, settings: Mapping[str, Any], name: str
+) -> None:
+    """With ``errors="keep"``, fail if the error column ``name`` already exists."""
+    if settings["errors"] == "keep" and name in adapter.columns(frame):
+        msg = (
+            f"errors='keep' adds the column {name!r}, which the frame already has; "
+            "rename that column first."
+        )
+        raise InputError(msg)
 
 
 def relazy(original: Any, result: Any) -> Any:

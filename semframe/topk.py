@@ -29,7 +29,15 @@ from semframe.config import ResolvedConfig, config
 from semframe.errors import InputError, RowError, RowErrors
 from semframe.execute import Outcome, RunStats
 from semframe.frames import FrameAdapter
-from semframe.ops import _apply_truncate, check_options, collect, record_op, relazy, run
+from semframe.ops import (
+    _apply_truncate,
+    check_error_column,
+    check_options,
+    collect,
+    record_op,
+    relazy,
+    run,
+)
 from semframe.ordering import Ordering
 from semframe.parse import label_spec
 from semframe.parts import parts_call
@@ -110,6 +118,7 @@ def _compile(
         raise InputError(msg)
     frame, adapter = collect(frame)
     cfg = config(**settings)
+    check_error_column(adapter, frame, cfg, "llm_error")
     parsed = parse_template(template).resolve(adapter.columns(frame))
     max_tokens = check_options("topk", max_tokens, system)
     table = _apply_truncate(adapter.to_table(frame, parsed.fields), truncate)

@@ -209,3 +209,21 @@ def test_extract_values_stay_with_their_rows(
     assert out.index.equals(df.index)
     pol = pl.from_pandas(df).llm.extract("Read {key} {g}", SCHEMA, backend="fake", reorder=reorder)
     assert pol["n"].to_list() == keys
+
+
+def test_error_column_may_not_overwrite(fake: FakeBackend) -> None:
+    df = pd.DataFrame({"key": ["a"], "llm_error": ["mine"], "label_error": ["mine"]})
+    for call in (
+        lambda: df.llm.extract("Read {key}", {"n": int}, backend="fake", errors="keep"),
+        lambda: df.llm.classify("Is {key}", ["x", "y"], backend="fake", errors="keep"),
+        lambda: df.llm.topk("Best {key}", 1, backend="fake", errors="keep"),
+        lambda: df.llm.join(
+            df[["key"]], "Is {left.key} {right.key}", backend="fake", errors="keep"
+        ),
+    ):
+        with pytest.raises(InputError, match="which the frame already has"):
+            call()
+    assert fake.history == []
+    fake.responder = lambda r: '{"n": 1}'
+    kept = df.llm.extract("Read {key}", {"n": int}, backend="fake")  # raise mode: no column added
+    assert list(kept.columns) == ["key", "llm_error", "label_error", "n"]
