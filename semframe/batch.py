@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -87,6 +87,7 @@ def run_batch(
     parse_retries: int = 1,
     progress: str = "auto",
     sleep: Callable[[float], None] = time.sleep,
+    prices: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Run ``plan`` through ``backend``'s batch API; outcomes in plan order.
 
@@ -106,6 +107,8 @@ def run_batch(
         Progress line mode.
     sleep : callable
         Waits between polls (tests pass a fake clock).
+    prices : mapping, optional
+        Price overrides for the run's dollar figure.
     """
     if not all(hasattr(backend, a) for a in ("batch_submit", "batch_status", "batch_results")):
         msg = (
@@ -188,6 +191,6 @@ def run_batch(
         bar.close()
     path.unlink(missing_ok=True)
     done = [o for o in outcomes if o is not None]
-    stats = _stats(plan, backend, totals, start, 1, batch=True)
+    stats = _stats(plan, backend, totals, start, 1, batch=True, prices=prices)
     _record_run(stats)
     return done, stats

@@ -104,6 +104,19 @@ def _client(value: object) -> object:
     return value
 
 
+def _prices(value: object) -> dict[str, dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        msg = 'expected a mapping of model name -> {field: value} (a [prices."model"] table)'
+        raise ValueError(msg)
+    from semframe.pricing import load_prices
+
+    table = {str(k): dict(v) for k, v in value.items()}
+    load_prices(table)  # validates fields, names the valid ones
+    return table
+
+
 def _reorder_method(value: object) -> str:
     from semframe.reorder import METHODS
 
@@ -197,6 +210,13 @@ SETTINGS: dict[str, Setting] = {
             _bool,
             False,
             "Send through the provider's batch API (50% off; results within 24 h).",
+        ),
+        Setting(
+            "prices",
+            _prices,
+            None,
+            "Price overrides and additions: {model: {provider, input, output, ...}} "
+            '(a [prices."model"] table in semframe.toml); see the emulator docs.',
         ),
         Setting(
             "cache_dir",

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -280,6 +280,7 @@ def execute(
     rpm: int | None = None,
     tpm: int | None = None,
     deadline: float | None = None,
+    prices: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
 
@@ -315,6 +316,8 @@ def execute(
     deadline : float, optional
         Seconds after which one attempt of an async request counts as timed out
         (a guard above the SDK's own timeout).
+    prices : mapping, optional
+        Price overrides for the run's dollar figure (see :mod:`semframe.pricing`).
 
     Returns
     -------
@@ -406,7 +409,7 @@ def execute(
     if len(done) != n:  # pragma: no cover - guarded by the dispatcher
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
-    stats = _stats(plan, backend, totals, start, workers, batch=False)
+    stats = _stats(plan, backend, totals, start, workers, batch=False, prices=prices)
     _record_run(stats)
     return done, stats
 
@@ -417,7 +420,14 @@ def _record_run(stats: RunStats) -> None:
 
 
 def _stats(
-    plan: Plan, backend: Backend, totals: _Totals, start: float, workers: int, *, batch: bool
+    plan: Plan,
+    backend: Backend,
+    totals: _Totals,
+    start: float,
+    workers: int,
+    *,
+    batch: bool,
+    prices: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunStats:
     return RunStats(
         op=plan.relquery.op,
@@ -435,12 +445,18 @@ def _stats(
         wall_seconds=time.monotonic() - start,
         workers=workers,
         expected_hit_rate=plan.expected_hit_rate,
-        dollars=bill(backend, totals, batch=batch),
+        dollars=bill(backend, totals, batch=batch, prices=prices),
         batch=batch,
     )
 
 
-def bill(backend: Backend, usage: Any, *, batch: bool = False) -> float | None:
+def bill(
+    backend: Backend,
+    usage: Any,
+    *,
+    batch: bool = False,
+    prices: Mapping[str, Mapping[str, Any]] | None = None,
+) -> float | None:
     """Dollars for ``usage`` (token totals) at the price of ``backend``'s model.
 
     ``None`` for backends without a price (local engines, unknown models).
@@ -451,7 +467,7 @@ def bill(backend: Backend, usage: Any, *, batch: bool = False) -> float | None:
     from semframe.pricing import cost, price_for
 
     try:
-        price = price_for(backend.model)
+        price = price_for(backend.model, prices)
     except ConfigError:
         return None
     write_1h = getattr(backend, "cache_ttl", "5m") == "1h"

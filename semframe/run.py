@@ -84,6 +84,7 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
             poll_seconds=cfg["batch_poll_seconds"],
             max_retries=cfg["max_retries"],
             progress=cfg["progress"],
+            prices=cfg["prices"],
         )
     else:
         outcomes, stats = execute(
@@ -96,5 +97,6 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
             tpm=cfg["tpm"],
             # A guard above the SDK's own timeout, for servers that trickle bytes.
             deadline=cfg["timeout"] * 1.5 + 5,
+            prices=cfg["prices"],
         )
     return call.plan.restore(outcomes), stats

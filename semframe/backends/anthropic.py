@@ -28,7 +28,6 @@ import hashlib
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
 from semframe import _aio
@@ -74,15 +73,13 @@ def min_sharers(ttl: str) -> int:
     return math.floor((write - READ_MULTIPLIER) / (1 - READ_MULTIPLIER)) + 1
 
 
-@lru_cache(maxsize=64)
-def min_cacheable_tokens(model: str) -> int:
+def min_cacheable_tokens(model: str, prices: Mapping[str, Mapping[str, Any]] | None = None) -> int:
     """The model's minimum cacheable prompt length (1,024 when the model is unknown)."""
-    from semframe.errors import ConfigError as _Unknown
     from semframe.pricing import price_for
 
     try:
-        return price_for(model).min_cacheable_tokens
-    except _Unknown:
+        return price_for(model, prices).min_cacheable_tokens
+    except ConfigError:
         return 1024
 
 
@@ -139,6 +136,8 @@ class AnthropicBackend:
         Requests in flight at once.
     cache_ttl : {"5m", "1h"}
         Lifetime of the cache entries semframe writes.
+    prices : mapping, optional
+        Price-table overrides (they set the minimum cacheable length too).
     """
 
     name = "anthropic"
@@ -152,6 +151,7 @@ class AnthropicBackend:
         timeout: float = 120.0,
         max_concurrency: int = 32,
         cache_ttl: str = "5m",
+        prices: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         anthropic = _require()
         if cache_ttl not in WRITE_MULTIPLIER:
@@ -177,7 +177,7 @@ class AnthropicBackend:
         self._async = isinstance(client, anthropic.AsyncAnthropic)
         self._secrets = (getattr(client, "api_key", None), getattr(client, "auth_token", None))
         self.base_url = str(self._client.base_url)
-        self._minimum = min_cacheable_tokens(model)
+        self._minimum = min_cacheable_tokens(model, prices)
         self._token_cache: dict[str, int] = {}
         self.capabilities = Capabilities(
             prefix_cache="shared",
@@ -354,6 +354,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
     timeout = float(settings.get("timeout") or 120.0)
     concurrency = settings.get("max_concurrency") or 32
     ttl = settings.get("cache_ttl") or "5m"
+    prices = settings.get("prices")
     key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN") or ""
     ident = (
         model or DEFAULT_MODEL,
@@ -362,6 +363,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
         timeout,
         concurrency,
         ttl,
+        repr(prices),
         hashlib.sha256(key.encode()).hexdigest(),
     )
     backend = _backends.get(ident)
@@ -373,6 +375,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
             timeout=timeout,
             max_concurrency=concurrency,
             cache_ttl=ttl,
+            prices=prices,
         )
         _backends[ident] = backend
     return backend

@@ -368,7 +368,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> OpenAIBackend:
     ident = (
         model or DEFAULT_MODEL,
         base_url,
-        id(client) if client is not None else None,
+        client,
         timeout,
         concurrency,
         hashlib.sha256(key.encode()).hexdigest(),

@@ -157,6 +157,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins every handler thread
     block_on_close = True
 
+    # A client sends bursts of up to max_concurrency connections; socketserver's
+    # default backlog of 5 would refuse some of them.
+    request_queue_size = 256
+
     def __init__(self, address: tuple[str, int], emu: ProviderEmulator) -> None:
         self.emu = emu
         self.open_sockets: set[socket.socket] = set()
