@@ -78,3 +78,33 @@ def test_exact_token_counts_and_context_check(settings: dict[str, object]) -> No
 def test_unknown_model_lists_known_ones() -> None:
     with pytest.raises(ConfigError, match="Known models: 'smollm2-135m', 'gemma-3-270m'"):
         resolve_model("llama-70b")
+
+
+def test_api_backends_end_to_end_against_the_embedded_llama_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The llama.cpp server speaks both wire formats and reports cached tokens."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "not-checked-by-llama.cpp")
+    local = semframe.backends.get_backend("local", model=None, settings=semframe.config())
+    address = local.engine.address  # type: ignore[attr-defined]
+    frame = pd.DataFrame({"movie": ["Alien"] * 3, "review": ["tense", "slow", "great"]})
+    out = frame.llm.map(
+        "In three words, summarize {review} of {movie}.",
+        backend="openai",
+        base_url=address + "/v1",
+        model="smollm2",
+        max_tokens=8,
+    )
+    assert out["llm_output"].map(lambda s: isinstance(s, str) and s.strip() != "").all()
+    stats = semframe.last_run()
+    assert stats is not None and stats.prompt_tokens > 0 and stats.cached_tokens > 0
+    kept = frame.llm.map(
+        "In three words, summarize {review} of {movie}.",
+        backend="anthropic",
+        base_url=address,
+        model="smollm2",
+        max_tokens=8,
+    )
+    assert list(kept.index) == list(frame.index)
+    stats = semframe.last_run()
+    assert stats is not None and stats.prompt_tokens > 0 and stats.cached_tokens > 0

@@ -7,6 +7,7 @@ and can be scripted to fail.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import deque
@@ -30,18 +31,29 @@ def _fake_tokens(text: str) -> int:
 
 
 def default_answer(request: Request) -> str:
-    """The fake model's answer: keyword sentiment for yes/no, an echo otherwise.
+    """The fake model's answer: keyword sentiment for yes/no, or a schema's instance.
+
+    Without a schema the answer echoes the row's values.
 
     Examples
     --------
+    >>> from semframe.parse import BOOL_SCHEMA
     >>> r = Request(0, 0, "Is [r] positive?\\n\\nr: a great film\\n", None, 8, 0.0,
-    ...             {"type": "object"}, 0)
+    ...             BOOL_SCHEMA, 0)
     >>> default_answer(r)
     '{"answer": "yes"}'
+    >>> schema = {"type": "object", "properties": {"year": {"type": "integer"}}}
+    >>> default_answer(r._replace(schema=schema))
+    '{"year": 0}'
     """
     body = request.prompt.rsplit("\n\n", 1)[-1]
     if request.schema is not None:
-        return '{"answer": "yes"}' if _POSITIVE.search(body) else '{"answer": "no"}'
+        answer = request.schema.get("properties", {}).get("answer", {})
+        if set(answer.get("enum", ())) == {"yes", "no"}:
+            return '{"answer": "yes"}' if _POSITIVE.search(body) else '{"answer": "no"}'
+        from semframe.emulator.responder import minimal_instance
+
+        return json.dumps(minimal_instance(request.schema, body))
     values = [line.split(": ", 1)[-1] for line in body.strip("\n").splitlines()]
     text = "fake: " + " | ".join(values)
     limit = max(request.max_tokens, 1) * 4
