@@ -18,6 +18,7 @@ from __future__ import annotations
 from semframe.accessor import LLMAccessor
 from semframe.config import config, configure, using
 from semframe.errors import (
+    BudgetExceeded,
     ColumnError,
     ConfigError,
     InputError,
@@ -26,13 +27,16 @@ from semframe.errors import (
     SemframeError,
     TemplateError,
 )
+from semframe.estimate import Estimate
 from semframe.execute import RunStats, last_run
 from semframe.ordering import Ordering
 from semframe.plan import Plan, RelQuery
 
 __all__ = [
+    "BudgetExceeded",
     "ColumnError",
     "ConfigError",
+    "Estimate",
     "InputError",
     "LLMAccessor",
     "Ordering",

@@ -25,6 +25,14 @@ class LLMAccessor:
     ``max_retries``, ``errors``, ``progress`` (see
     ``semframe.config()``). Run statistics of the last call are in
     ``semframe.last_run()``.
+
+    Every operator also takes ``estimate=True`` (or ``dry_run=True``: the
+    same) to return its :class:`~semframe.estimate.Estimate` instead of running,
+    ``budget=`` (dollars, ``"$0.50"``, or tokens, ``"50k tokens"``) to raise
+    :class:`~semframe.errors.BudgetExceeded` before sending anything when the
+    estimate is over it and to stop the run cleanly when the spend reaches it,
+    and ``probe=N`` to send ``N`` sample rows first so the estimate's output
+    tokens are measured rather than the ``max_tokens`` bound.
     """
 
     def __init__(self, frame: Any) -> None:
@@ -530,6 +538,41 @@ class LLMAccessor:
             model=model,
             **settings,
         )
+
+    def estimate(self, template: str, *, op: str = "map", **kwargs: Any) -> Any:
+        """What an operator call would cost and take, for the planned and the original order.
+
+        Nothing is sent unless ``probe=N`` asks for ``N`` sample rows to
+        measure answer lengths (their cost is reported).
+
+        Parameters
+        ----------
+        template : str
+            As for the operator.
+        op : {"map", "filter", "extract", "classify", "agg", "topk", "join"}
+            Which operator to estimate.
+        **kwargs
+            The operator's other arguments and settings (``backend=``,
+            ``model=``, ``batch=True``, ``schema=``, ``labels=``, ``k=``,
+            ``other=``...), and ``probe=``.
+
+        Returns
+        -------
+        Estimate
+            Requests, input / cached / cache-write / output tokens, dollars by
+            component and expected wall time, for the planned order and for
+            ``reorder="none"``.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> df = pd.DataFrame({"movie": ["Up", "Up", "Heat"], "review": ["fun", "sweet", "long"]})
+        >>> est = df.llm.estimate("Is {review} of {movie} positive?", op="filter",
+        ...                       backend="openai", model="gpt-4.1-mini")
+        >>> est.requests, est.planned.output_tokens_max, est.dollars > 0
+        (3, 96, True)
+        """
+        return ops.llm_estimate(self._frame, template, op=op, **kwargs)
 
     def plan(self, template: str, *, op: str = "map", **kwargs: Any) -> Any:
         """The plan of an operator call, without running it; nothing is sent.

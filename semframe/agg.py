@@ -30,6 +30,9 @@ from semframe.ops import (
     check_new_columns,
     check_options,
     collect,
+    estimate_of,
+    guarded,
+    pop_run_options,
     record_op,
     relazy,
     run,
@@ -363,7 +366,15 @@ def plan_agg(frame: Any, template: str, **kwargs: Any) -> AggPlan:
 
 def llm_agg(frame: Any, template: str, **kwargs: Any) -> Any:
     """Implementation of ``df.llm.agg``; see the accessor for documentation."""
+    options = pop_run_options(kwargs)
     agg = _compile(frame, template, **kwargs)
+    est = estimate_of(agg.plan, agg.settings, options, "agg")
+    if options.dry_run:
+        return est
+    return guarded(options, est, frame, lambda: _run_agg(frame, agg))
+
+
+def _run_agg(frame: Any, agg: _Agg) -> Any:
     cfg = agg.settings
     labels = agg.adapter.labels(agg.frame)
     n_groups = len(agg.keys)

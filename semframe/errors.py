@@ -77,6 +77,51 @@ class RunAborted(BackendError):
         self.outcomes = outcomes or []
 
 
+class BudgetExceeded(SemframeError):
+    """A call would cost, or has cost, more than its ``budget=``.
+
+    Raised before anything is sent when the estimate is over the budget
+    (``estimate`` set, ``result`` ``None``, nothing spent), or during a run when
+    the spend reached it: no further request is sent, requests in flight
+    complete, and ``result`` holds what the call returns with the answers paid
+    for (rows never sent have no value, as failed rows do: a missing value, or
+    kept with an ``llm_error`` saying ``budget``).
+
+    Attributes
+    ----------
+    estimate : Estimate or None
+        The pre-run estimate.
+    budget : Budget or None
+        The budget that was exceeded.
+    spent : float or int or None
+        Dollars (or tokens, for a token budget) spent when the run stopped.
+    result : object
+        The partial result (mid-run stop), else ``None``.
+    outcomes : list
+        Per row of the stopped relQuery, in the caller's order: an outcome or
+        ``None`` (not sent).
+    stats : RunStats or None
+        Statistics of the stopped relQuery.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        estimate: Any = None,
+        budget: Any = None,
+        spent: float | None = None,
+        result: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.estimate = estimate
+        self.budget = budget
+        self.spent = spent
+        self.result = result
+        self.outcomes: list[Any] = []
+        self.stats: Any = None
+
+
 @dataclass(frozen=True)
 class RowError:
     """Why one row has no value.

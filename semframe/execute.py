@@ -18,12 +18,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from semframe import _aio
 from semframe.backends.base import Backend, Completion, Request, Usage
-from semframe.errors import RequestRejected, RunAborted, SemframeError, TransientError
+from semframe.errors import (
+    BudgetExceeded,
+    RequestRejected,
+    RunAborted,
+    SemframeError,
+    TransientError,
+)
 from semframe.parse import ParseError
 from semframe.plan import Plan
 from semframe.progress import Progress
@@ -103,6 +110,18 @@ class RunStats:
 
 _last_run: RunStats | None = None
 
+StopWhen = Callable[[Usage, int, int], bool]
+"""``stop_when(spent, answered, in_flight)``: asked before each request is dispatched.
+
+``spent`` sums the usage reported so far (every attempt), ``answered`` counts
+requests with a final outcome and ``in_flight`` those sent and not yet
+answered. Returning True stops dispatching; requests in flight complete and
+are kept (see :func:`execute`)."""
+
+stop_when_var: ContextVar[StopWhen | None] = ContextVar("semframe_stop_when", default=None)
+"""The ``stop_when`` hook :func:`execute` uses when it is given none (operators set it
+for a ``budget=``)."""
+
 
 def last_run() -> RunStats | None:
     """Statistics of the most recent operator call in this process.
@@ -153,11 +172,22 @@ class _Dispatcher:
         self.cond = threading.Condition()
         self.in_flight = 0
         self.stopped = False
+        self.should_stop: Callable[[int], bool] | None = None
+        self.halted = False  # stopped by ``should_stop``
+
+    def _halt(self) -> bool:
+        """Ask ``should_stop``; on True stop handing out requests (call with the lock held)."""
+        if self.should_stop is not None and self.should_stop(self.in_flight):
+            self.stopped = self.halted = True
+            self.cond.notify_all()
+        return self.stopped
 
     def take(self, current: int | None) -> tuple[int, int] | None:
         """Next (group, request) for a worker whose last group was ``current``."""
         with self.cond:
             while not self.stopped:
+                if self._halt():
+                    return None
                 if current is not None:
                     g = self.groups[current]
                     if g.next < g.stop and g.leader_done:
@@ -207,7 +237,7 @@ class _NaiveDispatcher(_Dispatcher):
 
     def take(self, current: int | None) -> tuple[int, int] | None:
         with self.cond:
-            if self.stopped or self.next >= self.total:
+            if self.stopped or self.next >= self.total or self._halt():
                 return None
             self.next += 1
             self.in_flight += 1
@@ -281,6 +311,7 @@ def execute(
     tpm: int | None = None,
     deadline: float | None = None,
     prices: Mapping[str, Mapping[str, Any]] | None = None,
+    stop_when: StopWhen | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
 
@@ -318,6 +349,12 @@ def execute(
         (a guard above the SDK's own timeout).
     prices : mapping, optional
         Price overrides for the run's dollar figure (see :mod:`semframe.pricing`).
+    stop_when : callable, optional
+        Budget hook (:data:`StopWhen`), asked before each request is
+        dispatched; default :data:`stop_when_var`. When it returns True no
+        further request is sent, requests in flight complete, and
+        :class:`~semframe.errors.BudgetExceeded` is raised with ``outcomes``
+        (caller's row order, ``None`` for rows never sent) and ``stats``.
 
     Returns
     -------
@@ -331,8 +368,11 @@ def execute(
     RunAborted
         When the backend fails for every request alike (a rejected key); rows
         answered before the stop are attached to it.
+    BudgetExceeded
+        When ``stop_when`` stopped the run (see above).
     """
     start = time.monotonic()
+    stop_when = stop_when or stop_when_var.get()
     n = len(plan.requests)
     workers = max(1, min(backend.capabilities.max_concurrency, max_concurrency or n or 1, n or 1))
     outcomes: list[Outcome | None] = [None] * n
@@ -378,6 +418,22 @@ def execute(
             if bar.enabled:
                 bar.update(totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors)
 
+    should_stop = None
+    if stop_when is not None:
+        hook = stop_when
+
+        def should_stop(in_flight: int) -> bool:
+            with lock:
+                spent = Usage(
+                    totals.prompt_tokens,
+                    totals.cached_tokens,
+                    totals.cache_write_tokens,
+                    totals.output_tokens,
+                )
+                answered = totals.done
+            return hook(spent, answered, in_flight)
+
+    halted: list[bool] = []
     acomplete = getattr(backend, "acomplete", None)
     try:
         if acomplete is not None:
@@ -391,13 +447,26 @@ def execute(
                     record=record,
                     limiter=limiter,
                     deadline=deadline,
+                    should_stop=should_stop,
+                    halted=halted,
                 )
             )
         elif workers == 1:
             for request in plan.requests:
+                if should_stop is not None and should_stop(0):
+                    halted.append(True)
+                    break
                 record(request.id, run_one(request, 0))
         else:
-            _run_threads(plan, workers, run_one, record, group_aware=group_aware)
+            _run_threads(
+                plan,
+                workers,
+                run_one,
+                record,
+                group_aware=group_aware,
+                should_stop=should_stop,
+                halted=halted,
+            )
     except RunAborted as exc:
         exc.outcomes = plan.restore(outcomes)
         exc.answered = sum(1 for o in outcomes if o is not None and o.ok)
@@ -406,6 +475,16 @@ def execute(
     finally:
         bar.close()
     done = [o for o in outcomes if o is not None]
+    if halted and len(done) != n:
+        stats = _stats(plan, backend, totals, start, workers, batch=False, prices=prices)
+        _record_run(stats)
+        stop = BudgetExceeded(
+            f"stopped after {len(done)} of {n} requests: the budget hook said stop "
+            "(requests in flight were completed and kept)"
+        )
+        stop.outcomes = plan.restore(outcomes)
+        stop.stats = stats
+        raise stop
     if len(done) != n:  # pragma: no cover - guarded by the dispatcher
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
@@ -555,10 +634,16 @@ class _AsyncDispatcher:
         self.in_flight = 0
         self.stopped = False
         self.cond = asyncio.Condition()
+        self.should_stop: Callable[[int], bool] | None = None
+        self.halted = False
 
     async def take(self) -> tuple[int, int] | None:
         async with self.cond:
             while not self.stopped:
+                if self.should_stop is not None and self.should_stop(self.in_flight):
+                    self.stopped = self.halted = True
+                    self.cond.notify_all()
+                    return None
                 while (
                     self.open and self.groups[self.open[0]].next >= self.groups[self.open[0]].stop
                 ):
@@ -608,8 +693,11 @@ async def _run_async(
     record: Callable[[int, Outcome], None],
     limiter: _RateLimiter | None,
     deadline: float | None,
+    should_stop: Callable[[int], bool] | None = None,
+    halted: list[bool] | None = None,
 ) -> None:
     dispatcher = _AsyncDispatcher(plan)
+    dispatcher.should_stop = should_stop
     failures: list[BaseException] = []
 
     async def drive(request: Request) -> Outcome:
@@ -651,6 +739,8 @@ async def _run_async(
                 await dispatcher.done(index, pos)
 
     await asyncio.gather(*(work() for _ in range(workers)))
+    if dispatcher.halted and halted is not None:
+        halted.append(True)
     if failures:
         raise failures[0]
 
@@ -669,8 +759,11 @@ def _run_threads(
     record: Callable[[int, Outcome], None],
     *,
     group_aware: bool,
+    should_stop: Callable[[int], bool] | None = None,
+    halted: list[bool] | None = None,
 ) -> None:
     dispatcher = _Dispatcher(plan) if group_aware else _NaiveDispatcher(plan)
+    dispatcher.should_stop = should_stop
     failures: list[BaseException] = []
 
     def work(slot: int) -> None:
@@ -702,5 +795,7 @@ def _run_threads(
     except KeyboardInterrupt:
         dispatcher.stop()
         raise
+    if dispatcher.halted and halted is not None:
+        halted.append(True)
     if failures:
         raise failures[0]

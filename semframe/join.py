@@ -31,6 +31,9 @@ from semframe.ops import (
     check_error_column,
     check_options,
     collect,
+    estimate_of,
+    guarded,
+    pop_run_options,
     record_op,
     relazy,
     run,
@@ -286,7 +289,15 @@ def plan_join(frame: Any, other: Any, template: str, **kwargs: Any) -> Any:
 
 def llm_join(frame: Any, other: Any, template: str, **kwargs: Any) -> Any:
     """Implementation of ``df.llm.join``; see the accessor for documentation."""
+    options = pop_run_options(kwargs)
     jc = compile_join(frame, other, template, **kwargs)
+    est = estimate_of(jc.call.plan, jc.call.settings, options, "join")
+    if options.dry_run:
+        return est
+    return guarded(options, est, frame, lambda: _run_join(frame, jc))
+
+
+def _run_join(frame: Any, jc: JoinCall) -> Any:
     runs: list[RunStats] = []
     outcomes = run(jc.call, runs)
     n, m = jc.adapter.height(jc.left), jc.adapter.height(jc.right)

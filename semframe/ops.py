@@ -5,20 +5,25 @@ The accessors (``df.llm``) are thin shims over these functions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from semframe import reorder as _reorder
 from semframe.config import config
-from semframe.errors import InputError, RowError, RowErrors, did_you_mean
-from semframe.execute import Outcome, RunStats
+from semframe.errors import BudgetExceeded, InputError, RowError, RowErrors, did_you_mean
+from semframe.execute import Outcome, RunStats, stop_when_var
 from semframe.frames import FrameAdapter, adapter_for, is_lazy
 from semframe.parse import BOOL, TEXT, OutputSpec, label_spec, record_spec
 from semframe.plan import RelQuery, make_plan
 from semframe.run import Call, run_call
 from semframe.table import Table
 from semframe.template import parse_template
+
+if TYPE_CHECKING:
+    from semframe.backends.base import Usage
+    from semframe.estimate import Budget, Estimate
 
 OPS: dict[str, OutputSpec] = {"map": TEXT, "filter": BOOL}
 """Operators whose output format is fixed; the others build theirs from arguments."""
@@ -212,10 +217,222 @@ def record_op(op: str, runs: Sequence[RunStats], **counts: int) -> OpStats:
 
 
 def run(call: Call, runs: list[RunStats]) -> list[Outcome]:
-    """``run_call`` that appends the run's statistics to ``runs``; outcomes in input order."""
-    outcomes, stats = run_call(call)
+    """``run_call`` that appends the run's statistics to ``runs``; outcomes in input order.
+
+    Inside a call with ``budget=`` (see :func:`guarded`) the run stops once the
+    spend of the whole operator call would pass the budget; rows not sent get
+    an outcome with ``error_kind="budget"``, and later relQueries of the same
+    call send nothing.
+    """
+    guard = _guard_var.get()
+    if guard is None:
+        outcomes, stats = run_call(call)
+        runs.append(stats)
+        return outcomes
+    n = len(call.plan.requests)
+    if guard.stopped is not None:
+        return [guard.unsent()] * n
+    token = stop_when_var.set(guard.hook(call))
+    try:
+        outcomes, stats = run_call(call)
+    except BudgetExceeded as exc:
+        guard.stopped = exc
+        if exc.stats is not None:
+            runs.append(exc.stats)
+            guard.add(exc.stats)
+        return [o if o is not None else guard.unsent() for o in exc.outcomes]
+    finally:
+        stop_when_var.reset(token)
     runs.append(stats)
+    guard.add(stats)
     return outcomes
+
+
+# -- estimate, dry_run, budget -------------------------------------------------------
+
+RUN_OPTIONS = ("estimate", "dry_run", "budget", "probe")
+"""Keyword arguments every operator takes besides its settings."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a call should do besides running: estimate only, budget, probe rows."""
+
+    dry_run: bool = False
+    budget: Budget | None = None
+    probe: int = 0
+
+
+def pop_run_options(kwargs: dict[str, Any]) -> RunOptions:
+    """Take ``estimate``/``dry_run``, ``budget`` and ``probe`` out of ``kwargs``; validate them.
+
+    Examples
+    --------
+    >>> kw = {"dry_run": True, "budget": "10k tokens", "model": "m"}
+    >>> pop_run_options(kw), kw
+    (RunOptions(dry_run=True, budget=Budget(tokens=10000), probe=0), {'model': 'm'})
+    """
+    from semframe.estimate import parse_budget
+
+    flags = {}
+    for name in ("estimate", "dry_run"):
+        value = kwargs.pop(name, False)
+        if not isinstance(value, bool):
+            msg = f"{name} must be True or False, got {value!r}."
+            raise InputError(msg)
+        flags[name] = value
+    budget = kwargs.pop("budget", None)
+    probe = kwargs.pop("probe", 0)
+    if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
+        msg = (
+            f"probe must be a number of rows >= 0 (sent to measure answer lengths), got {probe!r}."
+        )
+        raise InputError(msg)
+    return RunOptions(
+        flags["estimate"] or flags["dry_run"],
+        None if budget is None else parse_budget(budget),
+        probe,
+    )
+
+
+def estimate_of(
+    plan: Any, settings: Mapping[str, Any], options: RunOptions, op: str
+) -> Estimate | None:
+    """The estimate of a compiled call, when ``dry_run`` or ``budget`` needs one.
+
+    ``plan`` is a :class:`Plan`, or an ``AggPlan`` / ``TopkPlan`` whose first
+    relQuery is simulated and scaled to the whole call.
+    """
+    if not options.dry_run and options.budget is None:
+        return None
+    from semframe.estimate import estimate_plan
+
+    first = getattr(plan, "first", None)
+    if first is None:
+        return estimate_plan(plan, settings, op=op, probe=options.probe)
+    total = int(getattr(plan, "max_requests", 0) or getattr(plan, "expected_comparisons", 0))
+    n = len(first.requests)
+    scale = total / n if n else 1.0
+    what = (
+        "the later reduction levels are extrapolated from the first (an upper bound)"
+        if op == "agg"
+        else "later comparison rounds are extrapolated from the first (an expectation)"
+    )
+    return estimate_plan(
+        first,
+        settings,
+        op=op,
+        probe=options.probe,
+        scale=scale,
+        notes=(f"first relQuery ({n:,} requests) simulated; {what}: {total:,} requests",),
+    )
+
+
+class _Guard:
+    """Spend of one operator call under a budget, over all its relQueries."""
+
+    def __init__(self, budget: Budget, estimate: Estimate) -> None:
+        self.budget = budget
+        self.estimate = estimate
+        self.dollars = 0.0
+        self.tokens = 0
+        self.stopped: BudgetExceeded | None = None
+        reqs = max(estimate.requests, 1)
+        self.mean_dollars = (estimate.dollars or 0.0) / reqs
+        self.mean_tokens = estimate.tokens / reqs
+
+    def unsent(self) -> Outcome:
+        return Outcome(
+            None, None, "budget", f"not sent: budget {self.budget.describe()} reached", 0
+        )
+
+    def add(self, stats: RunStats) -> None:
+        self.dollars += stats.dollars or 0.0
+        self.tokens += stats.prompt_tokens + stats.output_tokens
+
+    def hook(self, call: Call) -> Callable[[Usage, int, int], bool]:
+        """``stop_when`` for one relQuery: stop before the projected spend passes the budget."""
+        from semframe.backends import get_backend
+        from semframe.execute import bill
+
+        cfg = call.settings
+        backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
+        budget = self.budget
+
+        def stop(spent: Usage, answered: int, in_flight: int) -> bool:
+            if budget.tokens is not None:
+                used = spent.prompt_tokens + spent.output_tokens
+                mean = used / answered if answered else self.mean_tokens
+                return self.tokens + used + mean * (in_flight + 1) > budget.tokens
+            dollars = bill(backend, spent, prices=cfg["prices"]) or 0.0
+            mean = dollars / answered if answered else self.mean_dollars
+            return self.dollars + dollars + mean * (in_flight + 1) > (budget.dollars or 0.0)
+
+        return stop
+
+    def exceeded(self, result: Any) -> BudgetExceeded:
+        spent: float = self.tokens if self.budget.tokens is not None else self.dollars
+        shown = f"{spent:,} tokens" if self.budget.tokens is not None else f"${spent:,.4f}"
+        stopped = self.stopped
+        outcomes = stopped.outcomes if stopped is not None else []
+        unsent = sum(1 for o in outcomes if o is None)
+        msg = (
+            f"budget {self.budget.describe()} reached: stopped after spending {shown}; "
+            f"{unsent} request(s) of the last relQuery were not sent. The answers paid for "
+            "are in `.result` of this exception (rows not sent have no value)."
+        )
+        exc = BudgetExceeded(
+            msg, estimate=self.estimate, budget=self.budget, spent=spent, result=result
+        )
+        if stopped is not None:
+            exc.outcomes, exc.stats = stopped.outcomes, stopped.stats
+        return exc
+
+
+_guard_var: ContextVar[_Guard | None] = ContextVar("semframe_budget_guard", default=None)
+
+
+def guarded(
+    options: RunOptions, estimate: Estimate | None, original: Any, body: Callable[[], Any]
+) -> Any:
+    """Run ``body`` (an operator's run) under ``options.budget``.
+
+    Raises
+    ------
+    BudgetExceeded
+        Before anything is sent when ``estimate`` is over the budget; after the
+        run, with the partial result, when the spend reached it.
+    """
+    budget = options.budget
+    if budget is None or estimate is None:
+        return body()
+    if estimate.exceeds(budget):
+        expected = (
+            f"{estimate.tokens:,} tokens"
+            if budget.tokens is not None
+            else f"${estimate.dollars or 0.0:,.4f}"
+        )
+        msg = (
+            f"the estimate of this {estimate.op} ({expected}, {estimate.requests:,} requests on "
+            f"{estimate.backend}/{estimate.model}) is over budget={budget.describe()}; nothing "
+            "was sent. Raise the budget, or see `.estimate` (df.llm.estimate(...)) for where "
+            "the cost comes from."
+        )
+        raise BudgetExceeded(msg, estimate=estimate, budget=budget, spent=0)
+    guard = _Guard(budget, estimate)
+    token = _guard_var.set(guard)
+    try:
+        try:
+            result = body()
+        except RowErrors as exc:
+            if guard.stopped is None:
+                raise
+            result = exc.result
+    finally:
+        _guard_var.reset(token)
+    if guard.stopped is not None:
+        raise guard.exceeded(result)
+    return result
 
 
 def _row_errors(call: Call, outcomes: Sequence[Outcome]) -> list[RowError]:
@@ -229,9 +446,17 @@ def _row_errors(call: Call, outcomes: Sequence[Outcome]) -> list[RowError]:
 
 def llm_map(frame: Any, template: str, *, out: str = "llm_output", **kwargs: Any) -> Any:
     """Implementation of ``df.llm.map``; see the accessor for documentation."""
+    options = pop_run_options(kwargs)
     call = compile_call(frame, template, op="map", **kwargs)
     check_new_columns(call.adapter, call.frame, [out])
     check_error_column(call.adapter, call.frame, call.settings, f"{out}_error")
+    est = estimate_of(call.plan, call.settings, options, "map")
+    if options.dry_run:
+        return est
+    return guarded(options, est, frame, lambda: _map(frame, call, out))
+
+
+def _map(frame: Any, call: Call, out: str) -> Any:
     runs: list[RunStats] = []
     outcomes = run(call, runs)
     record_op("map", runs)
@@ -241,7 +466,15 @@ def llm_map(frame: Any, template: str, *, out: str = "llm_output", **kwargs: Any
 
 def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
     """Implementation of ``df.llm.filter``; see the accessor for documentation."""
+    options = pop_run_options(kwargs)
     call = compile_call(frame, template, op="filter", **kwargs)
+    est = estimate_of(call.plan, call.settings, options, "filter")
+    if options.dry_run:
+        return est
+    return guarded(options, est, frame, lambda: _filter(frame, call))
+
+
+def _filter(frame: Any, call: Call) -> Any:
     runs: list[RunStats] = []
     outcomes = run(call, runs)
     record_op("filter", runs)
@@ -268,8 +501,16 @@ def compile_extract(frame: Any, template: str, schema: object, **kwargs: Any) ->
 
 def llm_extract(frame: Any, template: str, schema: object, **kwargs: Any) -> Any:
     """Implementation of ``df.llm.extract``; see the accessor for documentation."""
+    options = pop_run_options(kwargs)
     _, fields = record_spec(schema)
     call = compile_extract(frame, template, schema, **kwargs)
+    est = estimate_of(call.plan, call.settings, options, "extract")
+    if options.dry_run:
+        return est
+    return guarded(options, est, frame, lambda: _extract(frame, call, fields))
+
+
+def _extract(frame: Any, call: Call, fields: Any) -> Any:
     runs: list[RunStats] = []
     outcomes = run(call, runs)
     record_op("extract", runs)
@@ -304,7 +545,15 @@ def llm_classify(
     frame: Any, template: str, labels: object, *, out: str = "label", **kwargs: Any
 ) -> Any:
     """Implementation of ``df.llm.classify``; see the accessor for documentation."""
+    options = pop_run_options(kwargs)
     call = compile_classify(frame, template, labels, out=out, **kwargs)
+    est = estimate_of(call.plan, call.settings, options, "classify")
+    if options.dry_run:
+        return est
+    return guarded(options, est, frame, lambda: _classify(frame, call, out))
+
+
+def _classify(frame: Any, call: Call, out: str) -> Any:
     runs: list[RunStats] = []
     outcomes = run(call, runs)
     record_op("classify", runs)
@@ -354,6 +603,37 @@ def llm_plan(frame: Any, template: str, *, op: str = "map", **kwargs: Any) -> An
         from semframe.join import compile_join
 
         return compile_join(frame, _required(kwargs, "other", op), template, **kwargs).call.plan
+    msg = (
+        f"unknown op {op!r}.{did_you_mean(op, ALL_OPS)} Valid ops: {', '.join(map(repr, ALL_OPS))}."
+    )
+    raise InputError(msg)
+
+
+def llm_estimate(frame: Any, template: str, *, op: str = "map", **kwargs: Any) -> Any:
+    """Implementation of ``df.llm.estimate``: the operator called with ``dry_run=True``."""
+    for name in ("estimate", "dry_run"):
+        kwargs.pop(name, None)
+    kwargs["dry_run"] = True
+    if op == "map":
+        return llm_map(frame, template, **kwargs)
+    if op == "filter":
+        return llm_filter(frame, template, **kwargs)
+    if op == "extract":
+        return llm_extract(frame, template, _required(kwargs, "schema", op), **kwargs)
+    if op == "classify":
+        return llm_classify(frame, template, _required(kwargs, "labels", op), **kwargs)
+    if op == "agg":
+        from semframe.agg import llm_agg
+
+        return llm_agg(frame, template, **kwargs)
+    if op == "topk":
+        from semframe.topk import llm_topk
+
+        return llm_topk(frame, template, _required(kwargs, "k", op), **kwargs)
+    if op == "join":
+        from semframe.join import llm_join
+
+        return llm_join(frame, _required(kwargs, "other", op), template, **kwargs)
     msg = (
         f"unknown op {op!r}.{did_you_mean(op, ALL_OPS)} Valid ops: {', '.join(map(repr, ALL_OPS))}."
     )

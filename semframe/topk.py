@@ -34,6 +34,9 @@ from semframe.ops import (
     check_error_column,
     check_options,
     collect,
+    estimate_of,
+    guarded,
+    pop_run_options,
     record_op,
     relazy,
     run,
@@ -205,16 +208,29 @@ def _first_pairs(tk: _Topk, buckets: list[list[int]], rng: random.Random) -> lis
 
 def plan_topk(frame: Any, template: str, k: int, **kwargs: Any) -> TopkPlan:
     """Implementation of ``df.llm.plan(op="topk")``: nothing is sent."""
-    tk = _compile(frame, template, k, **kwargs)
-    n = tk.table.n_rows
+    return _plan(_compile(frame, template, k, **kwargs))
+
+
+def _plan(tk: _Topk) -> TopkPlan:
+    n, k = tk.table.n_rows, tk.k
     pairs = _first_pairs(tk, [list(range(n))] if n else [], random.Random(tk.seed))
     return TopkPlan(_round_plan(tk, pairs), k, n, _expected(n, k), n * (n - 1) // 2)
 
 
 def llm_topk(frame: Any, template: str, k: int, **kwargs: Any) -> Any:
     """Implementation of ``df.llm.topk``; see the accessor for documentation."""
+    options = pop_run_options(kwargs)
     tk = _compile(frame, template, k, **kwargs)
-    n = tk.table.n_rows
+    est = None
+    if options.dry_run or options.budget is not None:
+        est = estimate_of(_plan(tk), tk.settings, options, "topk")
+    if options.dry_run:
+        return est
+    return guarded(options, est, frame, lambda: _run_topk(frame, tk))
+
+
+def _run_topk(frame: Any, tk: _Topk) -> Any:
+    n, k = tk.table.n_rows, tk.k
     labels = tk.adapter.labels(tk.frame)
     rng = random.Random(tk.seed)
     buckets: list[list[int]] = [list(range(n))] if n else []
