@@ -1,0 +1,274 @@
+"""The cost estimator against what is billed and measured.
+
+1. **API accuracy.** movies-long (``movies_small.csv`` with a ~1,200-token
+   grading rubric before the fields) and contributions-wide
+   (``contributions.csv``, 15 fields, the same rubric) run on the provider
+   emulator through the official SDKs, for OpenAI (gpt-4.1-mini) and Anthropic
+   (claude-sonnet-4-5), in GGR order and in the file's order. Before each run
+   the estimate is taken (``probe=20`` rows measure answer lengths; the probe
+   is billed separately and the emulator reset after it); after it, the
+   emulator's ledger gives what was billed. The emulator answers each request
+   after a fixed 0.3 s (``Latency(0.3)``); the estimator is told that latency.
+2. **Local wall time.** The default local engine (SmolLM2-135M, 4 slots,
+   RAM prompt cache off) is calibrated once (stored in the cache directory,
+   reused on later runs), then movies-short is estimated (``probe=10``) and
+   run; estimated vs measured wall time.
+3. **Speed.** Time to estimate a 100,000-row relQuery (the synthetic
+   8-column table of ``benchmarks/overhead.py``) on OpenAI, planned and
+   original order, median of 5 (after one warm-up call).
+
+Prints a table and writes ``benchmarks/results/estimator.json``::
+
+    python benchmarks/estimator.py                 # everything
+    python benchmarks/estimator.py --skip-local    # API accuracy and speed only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import semframe
+from semframe.emulator import Latency, ProviderEmulator
+from semframe.estimate import LatencyModel, calibrate_local, estimate_plan, load_calibration
+from semframe.ops import compile_call
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parents[1] / "shared" / "data"
+RESULTS = HERE / "results" / "estimator.json"
+KEY = "sk-emulator-0123456789abcdef"
+LATENCY = 0.3
+RUBRIC = (
+    "You grade texts for a research team. Read the record below and answer the question "
+    "at the end. Follow the rubric exactly.\n"
+    + "\n".join(
+        f"Rubric point {i}: consider whether the record's wording, context and details support "
+        f"the answer; do not guess beyond what is written (point {i} of 40)."
+        for i in range(1, 41)
+    )
+)
+WORKLOADS = {
+    "movies-long": (
+        "movies_small.csv",
+        RUBRIC + "\nQuestion: is the review {review_content} positive about the movie "
+        "{movie_title} ({movie_info})?",
+    ),
+    "contributions-wide": (
+        "contributions.csv",
+        RUBRIC + "\nQuestion: was this contribution made by a retired person? Committee "
+        "{CMTE_ID}, report {RPT_TP}, transaction {TRANSACTION_TP}, entity {ENTITY_TP}, name "
+        "{NAME}, city {CITY}, state {STATE}, zip {ZIP_CODE}, employer {EMPLOYER}, occupation "
+        "{OCCUPATION}, date {TRANSACTION_DT}, amount {TRANSACTION_AMT}, candidate {CAND_ID}, "
+        "id {TRAN_ID}, memo {MEMO_CD}.",
+    ),
+}
+PROVIDERS = (("openai", "gpt-4.1-mini"), ("anthropic", "claude-sonnet-4-5"))
+
+
+def _frame(name: str, rows: int) -> pd.DataFrame:
+    file, _ = WORKLOADS[name]
+    df = pd.read_csv(DATA / file)
+    if name == "movies-long":
+        df = df.dropna(subset=["review_content"])
+    return df.head(rows).reset_index(drop=True)
+
+
+def _err(est: float, real: float) -> float:
+    if real == 0:
+        return 0.0 if est == 0 else float("inf")
+    return (est - real) / real
+
+
+def api_accuracy(rows: int) -> list[dict[str, Any]]:
+    os.environ["OPENAI_API_KEY"] = KEY
+    os.environ["ANTHROPIC_API_KEY"] = KEY
+    out: list[dict[str, Any]] = []
+    with ProviderEmulator(latency=Latency(LATENCY)) as emu:
+        for workload, (_, template) in WORKLOADS.items():
+            df = _frame(workload, rows)
+            for backend, model in PROVIDERS:
+                url = emu.openai_url if backend == "openai" else emu.anthropic_url
+                for reorder in ("ggr", "none"):
+                    settings = {
+                        "backend": backend,
+                        "model": model,
+                        "base_url": url,
+                        "reorder": reorder,
+                        "progress": "off",
+                    }
+                    call = compile_call(df, template, op="filter", **settings)
+                    emu.reset()
+                    est = estimate_plan(
+                        call.plan, call.settings, probe=20, latency=LatencyModel(LATENCY, 0.0)
+                    )
+                    emu.reset()  # the probe warmed the caches
+                    t0 = time.perf_counter()
+                    df.llm.filter(template, **settings)
+                    wall = time.perf_counter() - t0
+                    bill = emu.ledger.totals()
+                    p = est.planned
+                    assert p.cost is not None
+                    row = {
+                        "workload": workload,
+                        "backend": backend,
+                        "model": model,
+                        "order": reorder,
+                        "requests": bill.requests,
+                        "input_est": p.input_tokens,
+                        "input_billed": bill.prompt_tokens,
+                        "cached_est": p.cached_tokens,
+                        "cached_billed": bill.cached_tokens,
+                        "writes_est": p.cache_write_tokens,
+                        "writes_billed": bill.cache_write_tokens,
+                        "output_est": p.output_tokens,
+                        "output_billed": bill.output_tokens,
+                        "dollars_est": p.cost.total,
+                        "dollars_billed": bill.dollars,
+                        "dollars_max_tokens_bound": p.cost_max,
+                        "wall_est_s": p.wall_seconds,
+                        "wall_s": wall,
+                        "estimate_s": est.seconds_to_estimate,
+                    }
+                    row["err_input"] = _err(p.input_tokens, bill.prompt_tokens)
+                    row["err_cached"] = _err(p.cached_tokens, bill.cached_tokens)
+                    row["err_dollars"] = _err(p.cost.total, bill.dollars)
+                    out.append(row)
+                    print(
+                        f"  {workload:<18} {backend:<9} {reorder:<4} input {p.input_tokens:>9,} "
+                        f"vs {bill.prompt_tokens:>9,}  cached {p.cached_tokens:>9,} vs "
+                        f"{bill.cached_tokens:>9,}  ${p.cost.total:.4f} vs ${bill.dollars:.4f}",
+                        flush=True,
+                    )
+    return out
+
+
+def local_wall(rows: int, recalibrate: bool) -> dict[str, Any]:
+    from semframe._paths import cache_dir
+    from semframe.backends import get_backend
+
+    settings: dict[str, Any] = {"backend": "local", "local_cache_ram_mib": 0, "progress": "off"}
+    template = (
+        "Is the review {review_content} positive about the movie {movie_title} ({movie_info})?"
+    )
+    df = pd.read_csv(DATA / "movies_small.csv").dropna().head(rows).reset_index(drop=True)
+    call = compile_call(df, template, op="filter", **settings)
+    backend = get_backend("local", model=None, settings=call.settings)
+    directory = cache_dir(call.settings["cache_dir"])
+    slots = backend.capabilities.max_concurrency
+    cal = None if recalibrate else load_calibration(directory, backend.model, slots)
+    calibrated_now = cal is None
+    t0 = time.perf_counter()
+    if cal is None:
+        cal = calibrate_local(backend, directory)
+    calibration_s = time.perf_counter() - t0
+    est = estimate_plan(call.plan, call.settings, probe=10)
+    t0 = time.perf_counter()
+    df.llm.filter(template, errors="keep", **settings)
+    wall = time.perf_counter() - t0
+    stats = semframe.last_run()
+    assert stats is not None
+    p = est.planned
+    return {
+        "rows": rows,
+        "model": backend.model,
+        "slots": slots,
+        "calibration": cal.__dict__,
+        "calibrated_in_this_run": calibrated_now,
+        "calibration_s": calibration_s,
+        "wall_est_s": p.wall_seconds,
+        "wall_s": wall,
+        "err_wall": _err(p.wall_seconds or 0.0, wall),
+        "prompt_est": p.input_tokens,
+        "prompt_measured": stats.prompt_tokens,
+        "cached_est": p.cached_tokens,
+        "cached_measured": stats.cached_tokens,
+        "output_est": p.output_tokens,
+        "output_measured": stats.output_tokens,
+    }
+
+
+def speed(rows: int, repeat: int) -> dict[str, Any]:
+    sys.path.insert(0, str(HERE))
+    from overhead import TEMPLATE, make_frame
+
+    os.environ.setdefault("OPENAI_API_KEY", KEY)
+    df = make_frame(rows)
+    t0 = time.perf_counter()
+    call = compile_call(df, TEMPLATE, op="map", backend="openai", progress="off")
+    compile_s = time.perf_counter() - t0
+    estimate_plan(call.plan, call.settings)  # warm-up: SDK import, tokenizer build
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        estimate_plan(call.plan, call.settings)
+        times.append(time.perf_counter() - t0)
+    return {
+        "rows": rows,
+        "compile_s": compile_s,
+        "estimate_s_median": statistics.median(times),
+        "estimate_s_all": times,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=300)
+    parser.add_argument("--local-rows", type=int, default=100)
+    parser.add_argument("--speed-rows", type=int, default=100_000)
+    parser.add_argument("--skip-local", action="store_true")
+    parser.add_argument("--recalibrate", action="store_true", help="ignore a stored calibration")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", category=DeprecationWarning)  # SDK notice for sonnet-4-5
+    print(f"API accuracy ({args.rows} rows per workload, emulator latency {LATENCY} s):")
+    api = api_accuracy(args.rows)
+    local = None if args.skip_local else local_wall(args.local_rows, args.recalibrate)
+    fast = speed(args.speed_rows, 5)
+    print()
+    head = (
+        f"{'workload':<18} {'backend':<9} {'order':<5} {'input err':>9} {'cached est':>11} "
+        f"{'cached billed':>13} {'cached err':>10} {'$ est':>8} {'$ billed':>8} {'$ err':>7}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in api:
+        print(
+            f"{r['workload']:<18} {r['backend']:<9} {r['order']:<5} {r['err_input']:>9.2%} "
+            f"{r['cached_est']:>11,} {r['cached_billed']:>13,} {r['err_cached']:>10.2%} "
+            f"{r['dollars_est']:>8.4f} {r['dollars_billed']:>8.4f} {r['err_dollars']:>7.2%}"
+        )
+    worst = max(max(abs(r[k]) for k in ("err_input", "err_cached", "err_dollars")) for r in api)
+    print(f"worst |error| over input tokens, cached tokens and dollars: {worst:.2%} (target 3%)")
+    walls = [(r["wall_est_s"], r["wall_s"]) for r in api]
+    print(
+        "API wall time, estimated vs measured (median ratio): "
+        f"{statistics.median(e / m for e, m in walls if e):.2f}"
+    )
+    if local is not None:
+        print(
+            f"local wall time ({local['rows']} rows, {local['model']}, {local['slots']} slots): "
+            f"estimated {local['wall_est_s']:.1f} s, measured {local['wall_s']:.1f} s "
+            f"({local['err_wall']:+.1%}; target within 25%)"
+        )
+    print(
+        f"estimate of a {fast['rows']:,}-row relQuery: {fast['estimate_s_median']:.2f} s median "
+        f"(compile {fast['compile_s']:.2f} s; target < 3 s)"
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps({"api": api, "worst_abs_error": worst, "local": local, "speed": fast}, indent=1)
+        + "\n"
+    )
+    print(f"wrote {RESULTS.relative_to(HERE.parent)}")
+
+
+if __name__ == "__main__":
+    main()
