@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from semframe import _aio
-from semframe.backends.base import Backend, Completion, Request, Usage
+from semframe.backends.base import Backend, Completion, Request, TokenLogprob, Usage
 from semframe.errors import (
     BudgetExceeded,
     RequestRejected,
@@ -51,6 +51,9 @@ class Outcome(NamedTuple):
         Detail of the failure.
     attempts : int
         Times the request was sent.
+    logprobs : tuple of TokenLogprob or None
+        The answer's tokens with their log probabilities, when the request asked
+        for them and the backend gave them.
     """
 
     value: Any
@@ -58,6 +61,7 @@ class Outcome(NamedTuple):
     error_kind: str | None
     error: str | None
     attempts: int
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
     @property
     def ok(self) -> bool:
@@ -288,7 +292,7 @@ def _policy(
         with lock:
             totals.add(result.usage)
         try:
-            return Outcome(parse(raw), raw, None, None, attempts)
+            return Outcome(parse(raw), raw, None, None, attempts, result.tokens)
         except ParseError as exc:
             if parse_left <= 0:
                 return Outcome(None, raw, "parse", str(exc), attempts)

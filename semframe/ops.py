@@ -5,17 +5,18 @@ The accessors (``df.llm``) are thin shims over these functions.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from semframe import reorder as _reorder
 from semframe.config import config
 from semframe.errors import BudgetExceeded, InputError, RowError, RowErrors, did_you_mean
 from semframe.execute import Outcome, RunStats, stop_when_var
 from semframe.frames import FrameAdapter, adapter_for, is_lazy
-from semframe.parse import BOOL, TEXT, OutputSpec, label_spec, record_spec
+from semframe.parse import BOOL, TEXT, OutputSpec, label_confidence, label_spec, record_spec
 from semframe.plan import RelQuery, make_plan
 from semframe.run import Call, run_call
 from semframe.table import Table
@@ -521,6 +522,12 @@ def _extract(frame: Any, call: Call, fields: Any) -> Any:
     return _finish(frame, call, outcomes, result, "llm_error")
 
 
+TOP_LOGPROBS = 5
+"""Top alternatives per token asked for when ``classify(confidence=True)``."""
+LOGPROB_BACKENDS = ("openai", "local", "fake (after FakeBackend.set_logprobs)")
+"""Backends that can report token logprobs, as error messages name them."""
+
+
 def compile_classify(
     frame: Any,
     template: str,
@@ -528,17 +535,58 @@ def compile_classify(
     *,
     out: str = "label",
     multi: bool = False,
+    confidence: bool = False,
     **kwargs: Any,
 ) -> Call:
-    """Validate a ``classify`` call and build its plan; sends nothing."""
+    """Validate a ``classify`` call and build its plan; sends nothing.
+
+    With ``confidence`` every request asks for token logprobs
+    (:data:`TOP_LOGPROBS` alternatives per token).
+    """
     if not isinstance(multi, bool):
         msg = f"multi must be True or False, got {multi!r}."  # type: ignore[unreachable]
+        raise InputError(msg)
+    if not isinstance(confidence, bool):
+        msg = f"confidence must be True or False, got {confidence!r}."  # type: ignore[unreachable]
         raise InputError(msg)
     spec = label_spec(labels, multi=multi)
     call = compile_call(frame, template, op="classify", output=spec, **kwargs)
     check_new_columns(call.adapter, call.frame, [out])
+    if confidence:
+        check_new_columns(call.adapter, call.frame, _confidence_columns(out, labels, multi))
+        plan = call.plan
+        requests = tuple(r._replace(logprobs=TOP_LOGPROBS) for r in plan.requests)
+        call = dataclasses.replace(call, plan=dataclasses.replace(plan, requests=requests))
     check_error_column(call.adapter, call.frame, call.settings, f"{out}_error")
     return call
+
+
+def _confidence_columns(out: str, labels: object, multi: bool) -> list[str]:
+    """The confidence column(s) ``classify(confidence=True)`` adds (labels already checked)."""
+    if not multi:
+        return [f"{out}_confidence"]
+    return [f"{out}_confidence_{label}" for label in cast("Sequence[str]", labels)]
+
+
+def check_logprobs(call: Call) -> None:
+    """Fail before sending unless the call's backend reports token logprobs."""
+    from semframe.backends import get_backend
+
+    cfg = call.settings
+    if cfg["batch"]:
+        msg = (
+            "classify(confidence=True) needs token logprobs, which batch=True runs do not "
+            "return; run without batch=True."
+        )
+        raise InputError(msg)
+    backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
+    if not backend.capabilities.logprobs:
+        msg = (
+            f"classify(confidence=True) needs token logprobs, which backend "
+            f"{backend.name!r} (model {backend.model!r}) does not report. Backends that "
+            f"can: {', '.join(LOGPROB_BACKENDS)}."
+        )
+        raise InputError(msg)
 
 
 def llm_classify(
@@ -546,20 +594,49 @@ def llm_classify(
 ) -> Any:
     """Implementation of ``df.llm.classify``; see the accessor for documentation."""
     options = pop_run_options(kwargs)
+    confidence = kwargs.get("confidence", False)
     call = compile_classify(frame, template, labels, out=out, **kwargs)
     est = estimate_of(call.plan, call.settings, options, "classify")
     if options.dry_run:
         return est
-    return guarded(options, est, frame, lambda: _classify(frame, call, out))
+    if confidence:
+        check_logprobs(call)
+    names = list(cast("Sequence[str]", labels)) if confidence else []
+    return guarded(options, est, frame, lambda: _classify(frame, call, out, names))
 
 
-def _classify(frame: Any, call: Call, out: str) -> Any:
+def _classify(frame: Any, call: Call, out: str, confidence_labels: Sequence[str]) -> Any:
     runs: list[RunStats] = []
     outcomes = run(call, runs)
     record_op("classify", runs)
-    dtype = "list[str]" if call.plan.relquery.output.kind == "labels" else "str"
+    multi = call.plan.relquery.output.kind == "labels"
+    dtype = "list[str]" if multi else "str"
     result = call.adapter.with_column(call.frame, out, [o.value for o in outcomes], dtype)
+    if confidence_labels:
+        found = [_confidences(o, confidence_labels) for o in outcomes]
+        if multi:
+            for label, name in zip(
+                confidence_labels,
+                _confidence_columns(out, confidence_labels, multi=True),
+                strict=True,
+            ):
+                values = [c.get(label) for c in found]
+                result = call.adapter.with_column(result, name, values, "float")
+        else:
+            values = [
+                c.get(o.value) if o.ok else None for c, o in zip(found, outcomes, strict=True)
+            ]
+            result = call.adapter.with_column(result, f"{out}_confidence", values, "float")
     return _finish(frame, call, outcomes, result, f"{out}_error")
+
+
+def _confidences(outcome: Outcome, labels: Sequence[str]) -> dict[str, float]:
+    """Confidence of each label the outcome chose (none for a failed row or no logprobs)."""
+    if not outcome.ok or outcome.logprobs is None or outcome.raw is None:
+        return {}
+    chosen = outcome.value if isinstance(outcome.value, list) else [outcome.value]
+    found = label_confidence(outcome.raw, outcome.logprobs, labels)
+    return {k: v for k, v in found.items() if k in chosen}
 
 
 def _finish(

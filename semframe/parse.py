@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from semframe.errors import SemframeError
+
+if TYPE_CHECKING:
+    from semframe.backends.base import TokenLogprob
 
 
 class ParseError(SemframeError, ValueError):
@@ -457,3 +461,104 @@ def label_spec(labels: object, *, multi: bool = False) -> OutputSpec:
         "additionalProperties": False,
     }
     return OutputSpec("labels" if multi else "label", schema, instruction, parse)
+
+
+_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:)?')
+
+
+def _label_spans(text: str, labels: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(label, start, end)`` of each label value spelled in ``text``, first occurrence each.
+
+    JSON string values (not keys) whose content is a label (ignoring case and
+    surrounding punctuation, as :func:`label_spec` parses) count; without any,
+    the first case-insensitive occurrence of each label in the bare text.
+    """
+    lookup = {x.strip().casefold(): x for x in labels}
+    found: dict[str, tuple[int, int]] = {}
+    for m in _JSON_STRING.finditer(text):
+        if m.group(2):
+            continue
+        key = m.group(1).strip().strip("'`.,;:!*").strip().casefold()
+        if key in lookup and lookup[key] not in found:
+            found[lookup[key]] = (m.start(1), m.end(1))
+    if not found:
+        folded = text.casefold()
+        for key, label in lookup.items():
+            at = folded.find(key)
+            if at >= 0:
+                found[label] = (at, at + len(key))
+    return [(label, a, b) for label, (a, b) in found.items()]
+
+
+def label_confidence(
+    text: str, tokens: Sequence[TokenLogprob], labels: Sequence[str]
+) -> dict[str, float]:
+    """Probability of each label spelled in ``text``, from the answer's token logprobs.
+
+    For every label found in the answer (a JSON string value, or the bare
+    text), the tokens that overlap its characters are taken. Each contributes
+    its probability renormalised over its reported top alternatives that would
+    still spell *some* label at that place: ``p(chosen) / sum(p(t) for valid
+    t)``. This is the probability of the label under the constrained answer,
+    as far as the top alternatives show it; a token reported without
+    alternatives contributes its plain probability. The label's confidence is
+    the product over its tokens. Labels whose tokens do not line up with the
+    text (the tokens do not spell ``text``) are left out.
+
+    Parameters
+    ----------
+    text : str
+        The raw answer.
+    tokens : sequence of TokenLogprob
+        The answer's tokens, in order; their texts joined must equal ``text``.
+    labels : sequence of str
+        The valid labels.
+
+    Returns
+    -------
+    dict of str to float
+        Confidence of each label present in the answer.
+
+    Examples
+    --------
+    >>> from semframe.backends.base import TokenLogprob as T
+    >>> import math
+    >>> toks = [T('{"answer": "', 0.0), T("com", math.log(0.6), (("com", math.log(0.6)),
+    ...         ("hor", math.log(0.2)), ("The", math.log(0.1)))), T('edy"}', math.log(0.9))]
+    >>> round(label_confidence('{"answer": "comedy"}', toks, ["horror", "comedy"])["comedy"], 3)
+    0.675
+
+    ``0.6 / (0.6 + 0.2)`` for the first token ("The" spells no label), times
+    ``0.9`` for the second, reported without alternatives.
+    """
+    if "".join(t.token for t in tokens) != text:
+        return {}
+    starts: list[int] = []
+    at = 0
+    for t in tokens:
+        starts.append(at)
+        at += len(t.token)
+    out: dict[str, float] = {}
+    for label, start, end in _label_spans(text, labels):
+        first = next(i for i, s in enumerate(starts) if s + len(tokens[i].token) > start)
+        head = text[starts[first] : start]
+        close = text[end : end + 1] if text[end : end + 1] == '"' else ""
+        targets = [(head + x + close).casefold() for x in labels]
+        confidence = 1.0
+        for i in range(first, len(tokens)):
+            if starts[i] >= end:
+                break
+            tok = tokens[i]
+            p = math.exp(tok.logprob)
+            if not tok.top:
+                confidence *= p
+                continue
+            before = text[starts[first] : starts[i]]
+            valid = {tok.token: tok.logprob}
+            for alt, lp in tok.top:
+                cand = (before + alt).casefold()
+                if any(t.startswith(cand) or cand.startswith(t) for t in targets):
+                    valid.setdefault(alt, lp)
+            confidence *= p / sum(math.exp(lp) for lp in valid.values())
+        out[label] = confidence
+    return out

@@ -49,6 +49,7 @@ class Request(NamedTuple):
     schema: Mapping[str, Any] | None
     group: int
     prefix: tuple[tuple[int, int], ...] = ()
+    logprobs: int = 0
 
     def messages(self) -> list[dict[str, str]]:
         """Chat messages for this request (system first, when given)."""
@@ -66,14 +67,32 @@ class Usage(NamedTuple):
     output_tokens: int = 0
 
 
+class TokenLogprob(NamedTuple):
+    """One generated token with its log probability and the top alternatives.
+
+    ``top`` holds ``(token, logprob)`` pairs as the backend reported them (the
+    chosen token usually among them); empty when none were asked for.
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
 class Completion(NamedTuple):
-    """A backend's answer to one request."""
+    """A backend's answer to one request.
+
+    ``logprobs`` holds the generated tokens' log probabilities and ``tokens``
+    the same tokens with their text and top alternatives, when the request
+    asked for them (``Request.logprobs``) and the backend gives them.
+    """
 
     request_id: int
     text: str
     usage: Usage
     finish_reason: str | None = None
     logprobs: tuple[float, ...] | None = None
+    tokens: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

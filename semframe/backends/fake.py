@@ -7,6 +7,7 @@ and can be scripted to fail.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from semframe._util import common_prefix_len
-from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.backends.base import Capabilities, Completion, Request, TokenLogprob, Usage
 from semframe.errors import TransientError
 
 _POSITIVE = re.compile(
@@ -28,6 +29,26 @@ _POSITIVE = re.compile(
 def _fake_tokens(text: str) -> int:
     """The fake tokenizer: one token per 4 characters, rounded up."""
     return (len(text) + 3) // 4
+
+
+TokenLogprobs = Callable[[Request, str], Sequence[TokenLogprob]]
+"""``(request, answer text) -> tokens``: the fake's logprobs; the tokens must spell the text."""
+
+
+def chunked_logprobs(logprob: float) -> TokenLogprobs:
+    """Fake logprobs: the answer cut into 4-character tokens, each with ``logprob``.
+
+    Examples
+    --------
+    >>> r = Request(0, 0, "p", None, 8, 0.0, None, 0)
+    >>> [tuple(t) for t in chunked_logprobs(-0.5)(r, '{"a": 1}')]
+    [('{"a"', -0.5, ()), (': 1}', -0.5, ())]
+    """
+
+    def tokens(request: Request, text: str) -> list[TokenLogprob]:
+        return [TokenLogprob(text[i : i + 4], logprob) for i in range(0, len(text), 4)]
+
+    return tokens
 
 
 def default_answer(request: Request) -> str:
@@ -115,6 +136,30 @@ class FakeBackend:
         self._queue: deque[str | BaseException] = deque()
         self._slots: dict[int | None, str] = {}
         self._lock = threading.Lock()
+        self.token_logprobs: TokenLogprobs | None = None
+
+    def set_logprobs(self, logprobs: float | TokenLogprobs | None) -> None:
+        """Make completions carry token logprobs (``None``: report none, the default).
+
+        A float gives every 4-character token that logprob
+        (:func:`chunked_logprobs`); a callable ``(request, text) -> tokens``
+        scripts them. Only requests that ask (``Request.logprobs > 0``) get them.
+
+        Examples
+        --------
+        >>> fake = FakeBackend()
+        >>> fake.set_logprobs(-0.1)
+        >>> fake.capabilities.logprobs
+        True
+        >>> r = Request(0, 0, "p", None, 8, 0.0, None, 0, logprobs=5)
+        >>> fake.enqueue("yes")
+        >>> next(fake.generate([r])).logprobs
+        (-0.1,)
+        """
+        if isinstance(logprobs, int | float):
+            logprobs = chunked_logprobs(float(logprobs))
+        self.token_logprobs = logprobs
+        self.capabilities = dataclasses.replace(self.capabilities, logprobs=logprobs is not None)
 
     def enqueue(self, *answers: str | BaseException) -> None:
         """Answer the next requests with ``answers`` (an exception is raised instead)."""
@@ -135,6 +180,9 @@ class FakeBackend:
                 raise scripted
             text = scripted if scripted is not None else self.responder(request)
             common = common_prefix_len(cached_prompt, request.prompt)
+            tokens = None
+            if request.logprobs and self.token_logprobs is not None:
+                tokens = tuple(self.token_logprobs(request, text))
             yield Completion(
                 request.id,
                 text,
@@ -144,6 +192,8 @@ class FakeBackend:
                     output_tokens=_fake_tokens(text),
                 ),
                 finish_reason="stop",
+                logprobs=None if tokens is None else tuple(t.logprob for t in tokens),
+                tokens=tokens,
             )
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.backends.openai import parse_logprobs
 from semframe.errors import (
     BackendError,
     ConfigError,
@@ -213,7 +214,7 @@ class LocalBackend:
         self.capabilities = Capabilities(
             prefix_cache="per_slot",
             json_schema=True,
-            logprobs=False,
+            logprobs=True,
             max_concurrency=parallel,
             context_window=n_ctx,
         )
@@ -242,6 +243,11 @@ class LocalBackend:
                 body["id_slot"] = slot % self.key.parallel
             if request.schema is not None:
                 body["json_schema"] = dict(request.schema)
+            if request.logprobs:
+                # llama.cpp reports the model's distribution before the grammar
+                # constrains it (a forced token may have a low probability).
+                body["logprobs"] = True
+                body["top_logprobs"] = request.logprobs
             try:
                 result = server.handle_chat_completions(body)
             except Exception as exc:
@@ -265,6 +271,7 @@ def _completion(request_id: int, result: Mapping[str, Any]) -> Completion:
     cached = details.get("cached_tokens")
     if cached is None:
         cached = (result.get("timings") or {}).get("cache_n", 0)
+    logprobs, tokens = parse_logprobs(choice.get("logprobs"))
     return Completion(
         request_id,
         choice["message"].get("content") or "",
@@ -274,6 +281,8 @@ def _completion(request_id: int, result: Mapping[str, Any]) -> Completion:
             output_tokens=int(usage.get("completion_tokens", 0)),
         ),
         finish_reason=choice.get("finish_reason"),
+        logprobs=logprobs,
+        tokens=tokens,
     )
 
 

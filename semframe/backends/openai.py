@@ -34,7 +34,7 @@ from semframe.backends._api import (
     request_id_of,
     scrub,
 )
-from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.backends.base import Capabilities, Completion, Request, TokenLogprob, Usage
 from semframe.errors import ConfigError, MissingDependencyError, RequestRejected, TransientError
 
 DEFAULT_MODEL = "gpt-4.1-mini"
@@ -159,7 +159,7 @@ class OpenAIBackend:
         self.capabilities = Capabilities(
             prefix_cache="shared",
             json_schema=True,
-            logprobs=False,
+            logprobs=True,
             max_concurrency=max_concurrency,
             context_window=context_window(model),
         )
@@ -179,6 +179,9 @@ class OpenAIBackend:
         }
         # Compatible servers (llama.cpp, vLLM) know max_tokens; OpenAI prefers the new name.
         body["max_tokens" if self._compatible else "max_completion_tokens"] = request.max_tokens
+        if request.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = request.logprobs
         if request.schema is not None:
             body["response_format"] = {
                 "type": "json_schema",
@@ -335,7 +338,42 @@ def _completion(request_id: int, response: Any) -> Completion:
             output_tokens=usage.completion_tokens if usage else 0,
         ),
         choice.finish_reason,
+        *parse_logprobs(getattr(choice, "logprobs", None)),
     )
+
+
+def parse_logprobs(
+    logprobs: Any,
+) -> tuple[tuple[float, ...] | None, tuple[TokenLogprob, ...] | None]:
+    """``(logprobs, tokens)`` of a choice's ``logprobs`` (SDK object or JSON), or Nones.
+
+    Examples
+    --------
+    >>> parse_logprobs({"content": [{"token": "a", "logprob": -0.5,
+    ...                         "top_logprobs": [{"token": "a", "logprob": -0.5}]}]})
+    ((-0.5,), (TokenLogprob(token='a', logprob=-0.5, top=(('a', -0.5),)),))
+    >>> parse_logprobs(None)
+    (None, None)
+    """
+
+    def get(obj: Any, name: str) -> Any:
+        return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+    content = get(logprobs, "content") if logprobs is not None else None
+    if not content:
+        return None, None
+    tokens = tuple(
+        TokenLogprob(
+            str(get(t, "token")),
+            float(get(t, "logprob")),
+            tuple(
+                (str(get(a, "token")), float(get(a, "logprob")))
+                for a in get(t, "top_logprobs") or ()
+            ),
+        )
+        for t in content
+    )
+    return tuple(t.logprob for t in tokens), tokens
 
 
 def _completion_from_json(request_id: int, body: Mapping[str, Any]) -> Completion:
@@ -352,6 +390,7 @@ def _completion_from_json(request_id: int, body: Mapping[str, Any]) -> Completio
             output_tokens=int(usage.get("completion_tokens") or 0),
         ),
         choices[0].get("finish_reason"),
+        *parse_logprobs(choices[0].get("logprobs")),
     )
 
 

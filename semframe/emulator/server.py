@@ -7,6 +7,7 @@ See :class:`ProviderEmulator`; the rules it applies are documented in
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import re
@@ -587,6 +588,7 @@ class ProviderEmulator:
         if not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
             raise _Failure(400, f"temperature: must be a number in [0, 2], got {temperature!r}")
         schema = _openai_schema(req.get("response_format"))
+        top_logprobs = _openai_top_logprobs(req)
         cache_key = req.get("prompt_cache_key") or req.get("user")
         cache_key = str(cache_key) if cache_key is not None else None
 
@@ -639,7 +641,9 @@ class ProviderEmulator:
                         "refusal": None,
                         "annotations": [],
                     },
-                    "logprobs": None,
+                    "logprobs": (
+                        None if top_logprobs is None else openai_logprobs(answer, top_logprobs)
+                    ),
                     "finish_reason": "length" if cut else "stop",
                 }
             ],
@@ -1069,6 +1073,62 @@ class ProviderEmulator:
                 raise _Failure(400, f"Cannot cancel a batch with processing_status '{b.status}'.")
             b.status, b.cancel_at = "canceling", int(time.time())
         return self._ok("anthropic", self._an_batch_object(b))
+
+
+def _openai_top_logprobs(req: Mapping[str, Any]) -> int | None:
+    """``top_logprobs`` asked for (0 with bare ``logprobs``), or None when none are."""
+    top = req.get("top_logprobs")
+    if not req.get("logprobs"):
+        if top is not None:
+            raise _Failure(400, "top_logprobs: requires logprobs to be true")
+        return None
+    if top is None:
+        return 0
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20:
+        raise _Failure(400, f"top_logprobs: must be an integer in [0, 20], got {top!r}")
+    return top
+
+
+_LOGPROB_TOKEN = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
+
+
+def openai_logprobs(answer: str, top: int) -> dict[str, Any]:
+    """A deterministic ``choices[0].logprobs`` for ``answer``, in OpenAI's shape.
+
+    Tokens are words and punctuation (with leading spaces); each gets a
+    logprob in ``(-1, 0]`` derived from its text and position, and ``top``
+    alternatives: the token itself, then made-up ones each less likely.
+
+    Examples
+    --------
+    >>> lp = openai_logprobs('{"a": "b"}', 2)
+    >>> "".join(t["token"] for t in lp["content"])
+    '{"a": "b"}'
+    >>> [len(t["top_logprobs"]) for t in lp["content"]][:2]
+    [2, 2]
+    """
+    content = []
+    for n, m in enumerate(_LOGPROB_TOKEN.finditer(answer)):
+        token = m.group()
+        logprob = -(hash_fraction(f"{n}:{token}"))
+        alts = [(token, logprob)] + [(f"{token}~{k}", logprob - k) for k in range(1, top)]
+        content.append(
+            {
+                "token": token,
+                "logprob": logprob,
+                "bytes": list(token.encode()),
+                "top_logprobs": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in alts[:top]
+                ],
+            }
+        )
+    return {"content": content, "refusal": None}
+
+
+def hash_fraction(text: str) -> float:
+    """A deterministic number in ``[0, 1)`` from ``text``."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
 
 
 def _openai_schema(fmt: Any) -> Mapping[str, Any] | None:
