@@ -3,7 +3,11 @@
 The template names columns of both frames as ``{left.col}`` and
 ``{right.col}``; an unqualified ``{col}`` is allowed when exactly one frame has
 that column. Candidate pairs are all pairs, or with ``on=`` only pairs whose
-key columns render equal (blocking; missing keys never match). The pairs form
+key columns render equal (blocking; missing keys never match). With
+``block="embedding"`` each left row keeps only its ``block_k`` most similar
+right rows among those candidates, by cosine similarity of embeddings
+(:mod:`semframe.embed`) of ``block_on`` (a left and a right column; by default
+each side's template fields, joined). The pairs form
 one relQuery, ordered so that one side forms the shared prefix: pairs are
 grouped by that side's row and its fields come first in every prompt. The side
 is the one whose repetition saves more prompt characters (rows that recur in
@@ -159,6 +163,10 @@ def compile_join(
     system: str | None = None,
     examples: Sequence[Mapping[str, object]] | None = None,
     truncate: int | Mapping[str, int] | None = None,
+    block: str | None = None,
+    block_k: int = 5,
+    block_on: str | tuple[str, str] | None = None,
+    block_model: str = "tfidf",
     **settings: Any,
 ) -> JoinCall:
     """Validate a join and build its pairs relQuery; sends nothing."""
@@ -198,6 +206,11 @@ def compile_join(
         limits = truncate if isinstance(truncate, int) else _qualify_limits(truncate, parsed)
     pair_table = _pairs_table(tables, parsed.fields)
     pairs = _candidates(adapter, left, right, keys)
+    blocking = _blocking(block, block_k, block_on, block_model, left=lcols, right=rcols)
+    if blocking is not None:
+        pairs = _embedding_block(
+            adapter, left, right, pairs, side_fields=side_fields, blocking=blocking
+        )
     major = _major(tables, pairs) if cfg["reorder"] != "none" else "left"
     table = _apply_truncate(pair_table(pairs), limits)
     minor = "right" if major == "left" else "left"
@@ -265,6 +278,85 @@ def _candidates(
         if MISSING not in key:
             out.extend((i, j) for j in index.get(key, ()))
     return out
+
+
+@dataclass(frozen=True)
+class _Blocking:
+    k: int
+    on: tuple[str, str] | None
+    model: str
+
+
+def _blocking(
+    block: object,
+    k: object,
+    on: object,
+    model: object,
+    *,
+    left: Sequence[str],
+    right: Sequence[str],
+) -> _Blocking | None:
+    """Validate the ``block*`` arguments; None without blocking."""
+    from semframe.embed import EMBEDDERS
+
+    if block is None:
+        return None
+    if block != "embedding":
+        msg = f"block must be 'embedding' or None, got {block!r} (exact keys: use on=)."
+        raise InputError(msg)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        msg = f"block_k must be a positive int (right rows kept per left row), got {k!r}."
+        raise InputError(msg)
+    if model not in EMBEDDERS:
+        msg = f"unknown block_model {model!r}; valid: {', '.join(map(repr, EMBEDDERS))}."
+        raise InputError(msg)
+    pair: tuple[str, str] | None = None
+    if on is not None:
+        if isinstance(on, str):
+            on = (on, on)
+        if not (isinstance(on, tuple) and len(on) == 2 and all(isinstance(x, str) for x in on)):
+            msg = f"block_on must be a column name or a (left, right) pair of names; got {on!r}."
+            raise InputError(msg)
+        for side, name, cols in (("left", on[0], left), ("right", on[1], right)):
+            if name not in cols:
+                msg = (
+                    f"block_on names {name!r}, which the {side} frame does not have."
+                    f"{did_you_mean(name, cols)} {side.capitalize()} columns: {list(cols)}."
+                )
+                raise ColumnError(msg)
+        pair = (on[0], on[1])
+    return _Blocking(k, pair, str(model))
+
+
+def _embedding_block(
+    adapter: FrameAdapter,
+    left: Any,
+    right: Any,
+    pairs: Sequence[tuple[int, int]],
+    *,
+    side_fields: Mapping[str, Sequence[str]],
+    blocking: _Blocking,
+) -> list[tuple[int, int]]:
+    """The pairs whose right row is among the left row's ``k`` most similar candidates."""
+    from semframe.embed import embed, top_k
+
+    texts = {}
+    for at, (side, frame) in enumerate((("left", left), ("right", right))):
+        cols = [blocking.on[at]] if blocking.on is not None else list(side_fields[side])
+        if not cols:
+            msg = (
+                f"block='embedding' needs text from the {side} frame: the template names none "
+                f"of its columns; pass block_on=(left_column, right_column)."
+            )
+            raise InputError(msg)
+        table = adapter.to_table(frame, cols)
+        texts[side] = ["\n".join(table.cells[c][r] for c in cols) for r in range(table.n_rows)]
+    lvec, rvec = embed(texts["left"], texts["right"], blocking.model)
+    candidates: list[list[int]] = [[] for _ in range(len(texts["left"]))]
+    for i, j in pairs:
+        candidates[i].append(j)
+    kept = top_k(lvec, rvec, blocking.k, candidates)
+    return [(i, j) for i, js in enumerate(kept) for j in js]
 
 
 def _major(tables: Mapping[str, Table], pairs: Sequence[tuple[int, int]]) -> str:
