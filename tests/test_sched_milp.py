@@ -142,13 +142,15 @@ def relquery_instances(draw: st.DrawFn) -> list[TinyRequest]:
     out: list[TinyRequest] = []
     for q in range(draw(st.integers(1, 3))):
         arrival = draw(st.sampled_from([0.0, 0.02, 0.1]))
-        o = draw(st.integers(1, 3))
+        o = draw(st.integers(1, 2))
         for _ in range(draw(st.integers(1, 2))):
             out.append(TinyRequest(len(out), q, draw(st.integers(8, 300)), o, arrival))
     return out
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(reqs=relquery_instances(), seqs=st.integers(1, 3))
 def test_no_policy_beats_the_milp_bound(reqs: list[TinyRequest], seqs: int) -> None:
     b = Budgets(max_num_seqs=seqs, max_num_batched_tokens=512, num_blocks=256, block_size=16)

@@ -372,13 +372,23 @@ def solve_optimal(
         c[cmax] = 1.0
         shift = 0.0
     a = coo_array((m.vals, (m.rows, m.cols)), shape=(len(m.rlo), len(m.lb))).tocsr()
-    sol = milp(
-        c,
-        constraints=LinearConstraint(a, np.array(m.rlo), np.array(m.rhi)),
-        integrality=np.array(m.integ),
-        bounds=Bounds(np.array(m.lb), np.array(m.ub)),
-        options={"time_limit": time_limit, "mip_rel_gap": 1e-9},
-    )
+    # HiGHS occasionally ends a feasible instance with "Solve error" (status 4)
+    # at the tightest gap; solving again without presolve, then at a looser gap,
+    # gets it through.
+    for options in (
+        {"mip_rel_gap": 1e-9},
+        {"mip_rel_gap": 1e-9, "presolve": False},
+        {"mip_rel_gap": 1e-6, "presolve": False},
+    ):
+        sol = milp(
+            c,
+            constraints=LinearConstraint(a, np.array(m.rlo), np.array(m.rhi)),
+            integrality=np.array(m.integ),
+            bounds=Bounds(np.array(m.lb), np.array(m.ub)),
+            options={"time_limit": time_limit, **options},
+        )
+        if sol.x is not None:
+            break
     if sol.x is None:  # pragma: no cover - the instance is always feasible
         msg = f"the MILP found no schedule: {sol.message}"
         raise RuntimeError(msg)
@@ -391,7 +401,8 @@ def solve_optimal(
         if items:
             batches.append(items)
             starts.append(float(x[s[j]]))
-    bound = float(getattr(sol, "mip_dual_bound", sol.fun) or sol.fun) + shift
+    dual = getattr(sol, "mip_dual_bound", None)
+    bound = float(sol.fun if dual is None else dual) + shift
     return MilpSchedule(
         objective=float(sol.fun) + shift,
         batches=batches,
