@@ -285,9 +285,15 @@ class LLMAccessor:
 
         Notes
         -----
-        Per-label confidences from logprobs are not produced yet: the
-        executor's outcomes do not carry the completions' logprobs, and the
-        local and fake backends report none.
+        ``confidence=True`` (passed through ``**settings``) adds
+        ``<out>_confidence`` (Float64): the probability of the chosen label,
+        from the logprobs of the answer tokens that spell it (each token's
+        probability renormalised over its top alternatives that would still
+        spell a label; see :func:`semframe.parse.label_confidence`). With
+        ``multi=True`` it adds one ``<out>_confidence_<label>`` column per
+        label. It needs a backend that reports logprobs (``openai``,
+        ``local``; ``fake`` after ``set_logprobs``); others fail before
+        anything is sent, and so does ``batch=True``.
 
         Examples
         --------
@@ -503,7 +509,14 @@ class LLMAccessor:
             Appended to right column names that the left frame also has.
         max_tokens, system, examples, truncate, backend, model, **settings
             As for :meth:`filter` (``examples`` keys are ``left.col`` /
-            ``right.col``).
+            ``right.col``). Embedding blocking goes through ``**settings``:
+            ``block="embedding"`` keeps, for each left row, only the
+            ``block_k`` (default 5) right rows most similar by cosine
+            similarity of ``block_on`` (a column name, or a (left, right)
+            pair; default each side's template fields), embedded with
+            ``block_model`` (``"tfidf"``, character n-grams in numpy, the
+            default; ``"minilm"`` needs ``semframe[embed]``). It applies within
+            the ``on=`` candidates.
 
         Returns
         -------
