@@ -15,14 +15,16 @@ semframe's three outcomes for a request:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from semframe.backends.base import Completion
+from semframe import _aio
+from semframe.backends.base import Capabilities, Completion, Request
 from semframe.errors import RequestRejected, RunAborted, SemframeError, TransientError
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -114,6 +116,48 @@ def _fatal_hint(status: int, provider: str) -> str:
     if status == 404:
         return ". Check the model name and base_url."
     return ""
+
+
+class ApiBackend:
+    """What both API backends share: the sync entry point, token counts, SDK calls.
+
+    Subclasses set ``name``, ``model``, ``capabilities``, ``_client`` (an SDK
+    client with semframe's timeout and no SDK retries), ``_async`` (whether it
+    is the async client) and ``_secrets`` (its keys, to scrub from errors), and
+    implement :meth:`acomplete`.
+    """
+
+    name: str
+    model: str
+    capabilities: Capabilities
+    _client: Any
+    _async: bool
+    _secrets: tuple[str | None, ...]
+
+    async def acomplete(self, request: Request) -> Completion:
+        """Send one request; raise semframe's error types on failure."""
+        raise NotImplementedError
+
+    def generate(
+        self, requests: Sequence[Request], *, slot: int | None = None
+    ) -> Iterator[Completion]:
+        for request in requests:
+            yield _aio.run(self.acomplete(request))
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Offline counts (exact for OpenAI models, approximate for Claude)."""
+        from semframe.tokens import count_for_model
+
+        return list(count_for_model(texts, self.model).tokens)
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call an SDK method (sync ones in a thread); SDK errors become semframe's."""
+        try:
+            if self._async:
+                return await fn(*args, **kwargs)
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as exc:
+            raise classify_error(exc, provider=self.name, secrets=self._secrets) from None
 
 
 def cache_key(*parts: str) -> str:

@@ -27,14 +27,14 @@ import asyncio
 import hashlib
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from semframe import _aio
 from semframe.backends._api import (
+    ApiBackend,
     BatchResult,
     BatchStatus,
-    classify_error,
     custom_id,
     jsonable,
     request_id_of,
@@ -118,7 +118,7 @@ def choose_breakpoints(
     return useful
 
 
-class AnthropicBackend:
+class AnthropicBackend(ApiBackend):
     """Messages on the Anthropic API with plan-driven cache breakpoints.
 
     Parameters
@@ -250,18 +250,6 @@ class AnthropicBackend:
         message = await self._call(self._client.messages.create, **body)
         return _completion(request.id, jsonable(message))
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
-        for request in requests:
-            yield _aio.run(self.acomplete(request))
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Approximate counts (o200k; Anthropic publishes no tokenizer)."""
-        from semframe.tokens import count_for_model
-
-        return list(count_for_model(texts, self.model).tokens)
-
     # -- batch API ---------------------------------------------------------------
 
     batch_limit = BATCH_LIMIT
@@ -314,14 +302,6 @@ class AnthropicBackend:
             out[rid] = TransientError(f"anthropic batch: {kind}: {detail}")
         else:
             out[rid] = RequestRejected(f"anthropic batch: {kind}: {detail}")
-
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            if self._async:
-                return await fn(*args, **kwargs)
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        except Exception as exc:
-            raise classify_error(exc, provider="anthropic", secrets=self._secrets) from None
 
 
 def _completion(request_id: int, message: Mapping[str, Any]) -> Completion:

@@ -16,20 +16,19 @@ reprs, errors or logs.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from semframe import _aio
 from semframe.backends._api import (
+    ApiBackend,
     BatchResult,
     BatchStatus,
     cache_key,
-    classify_error,
     custom_id,
     request_id_of,
     scrub,
@@ -100,7 +99,7 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class OpenAIBackend:
+class OpenAIBackend(ApiBackend):
     """Chat Completions on the OpenAI API or an OpenAI-compatible server.
 
     Parameters
@@ -207,26 +206,8 @@ class OpenAIBackend:
 
     async def acomplete(self, request: Request) -> Completion:
         """Send one request; raise semframe's error types on failure."""
-        body = self.body(request)
-        try:
-            if self._async:
-                response = await self._client.chat.completions.create(**body)
-            else:
-                response = await asyncio.to_thread(self._client.chat.completions.create, **body)
-        except Exception as exc:
-            raise classify_error(exc, provider="openai", secrets=self._secrets) from None
+        response = await self._call(self._client.chat.completions.create, **self.body(request))
         return _completion(request.id, response)
-
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
-        for request in requests:
-            yield _aio.run(self.acomplete(request))
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        from semframe.tokens import count_for_model
-
-        return list(count_for_model(texts, self.model).tokens)
 
     # -- batch API ---------------------------------------------------------------
 
@@ -311,14 +292,6 @@ class OpenAIBackend:
             out[rid] = TransientError(f"openai batch: HTTP {status or 'error'}: {detail}")
         else:
             out[rid] = RequestRejected(f"openai batch: HTTP {status}: {detail}")
-
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            if self._async:
-                return await fn(*args, **kwargs)
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        except Exception as exc:
-            raise classify_error(exc, provider="openai", secrets=self._secrets) from None
 
 
 def _completion(request_id: int, response: Any) -> Completion:
