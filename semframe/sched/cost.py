@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from semframe.errors import InputError
+from semframe.errors import InputError, MissingDependencyError
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +178,11 @@ class Sample:
 
 def _lstsq(x: np.ndarray, y: np.ndarray, *, nonneg: bool) -> np.ndarray:
     if nonneg:
-        from scipy.optimize import nnls
+        try:
+            from scipy.optimize import nnls
+        except ImportError:
+            msg = "a non-negative fit needs SciPy: pip install 'semframe[sched]'"
+            raise MissingDependencyError(msg) from None
 
         coef, _ = nnls(x, y)
         return np.asarray(coef, dtype=float)

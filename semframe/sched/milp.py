@@ -47,10 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_array
 
-from semframe.errors import InputError
+from semframe.errors import InputError, MissingDependencyError
 from semframe.sched.base import Budgets, Scheduler
 from semframe.sched.cost import A100_13B, InferMaxCost
 
@@ -371,6 +369,12 @@ def solve_optimal(
     else:
         c[cmax] = 1.0
         shift = 0.0
+    try:
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_array
+    except ImportError:
+        msg = "the MILP bound needs SciPy: pip install 'semframe[sched]'"
+        raise MissingDependencyError(msg) from None
     a = coo_array((m.vals, (m.rows, m.cols)), shape=(len(m.rlo), len(m.lb))).tocsr()
     # HiGHS occasionally ends a feasible instance with "Solve error" (status 4)
     # at the tightest gap; solving again without presolve, then at a looser gap,
