@@ -222,8 +222,21 @@ SETTINGS: dict[str, Setting] = {
             "cache_dir",
             _opt_str,
             None,
-            "Directory for semframe's files (pending batches). None: "
+            "Directory for semframe's files (result cache, pending batches). None: "
             "$XDG_CACHE_HOME/semframe or ~/.cache/semframe.",
+        ),
+        Setting(
+            "cache",
+            _bool,
+            True,
+            "Result cache: reuse stored answers of deterministic (temperature 0) requests "
+            "and store new ones in cache_dir/results.sqlite. False: neither read nor write.",
+        ),
+        Setting(
+            "cache_max_mib",
+            _positive_float,
+            1024.0,
+            "Size cap of the result cache in MiB; least recently used answers are evicted.",
         ),
         Setting(
             "batch_poll_seconds",

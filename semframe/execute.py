@@ -13,14 +13,17 @@ needs it. Other groups keep the other slots busy meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import random
+import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from semframe import _aio
 from semframe.backends.base import Backend, Completion, Request, TokenLogprob, Usage
@@ -32,8 +35,11 @@ from semframe.errors import (
     TransientError,
 )
 from semframe.parse import ParseError
-from semframe.plan import Plan
+from semframe.plan import Plan, PrefixGroup
 from semframe.progress import Progress
+
+if TYPE_CHECKING:
+    from semframe.cache import ResultCache
 
 
 class Outcome(NamedTuple):
@@ -73,7 +79,10 @@ class Outcome(NamedTuple):
 class RunStats:
     """Statistics of one operator call (``semframe.last_run()``).
 
-    Token figures are what the backend reported, summed over every attempt.
+    Token figures are what the backend reported, summed over every attempt;
+    rows served from the result cache send nothing and count in ``cache_hits``
+    only (``cache_saved_dollars`` is what their stored usage would have cost;
+    ``None`` where the model has no price).
     """
 
     op: str
@@ -93,6 +102,8 @@ class RunStats:
     expected_hit_rate: float
     dollars: float | None = None
     batch: bool = False
+    cache_hits: int = 0
+    cache_saved_dollars: float | None = None
 
     @property
     def cached_share(self) -> float:
@@ -108,6 +119,12 @@ class RunStats:
             f"tok; {self.wall_seconds:.2f} s with {self.workers} worker(s)"
             + (f"; ${self.dollars:.4f}" if self.dollars is not None else "")
             + (" (batch)" if self.batch else "")
+            + (f"; {self.cache_hits} from the result cache" if self.cache_hits else "")
+            + (
+                f" (saved ${self.cache_saved_dollars:.4f})"
+                if self.cache_hits and self.cache_saved_dollars is not None
+                else ""
+            )
             + ")"
         )
 
@@ -150,6 +167,8 @@ class _Totals:
     retries: int = 0
     errors: int = 0
     done: int = 0
+    cache_hits: int = 0
+    saved: Usage = dataclasses.field(default_factory=Usage)  # usage of rows served from cache
 
     def add(self, usage: Usage) -> None:
         self.prompt_tokens += usage.prompt_tokens
@@ -263,13 +282,15 @@ def _policy(
     *,
     max_retries: int,
     parse_retries: int,
+    keep: Callable[[Request, Completion], None] | None = None,
 ) -> Any:
     """Retry policy of one request, as a generator shared by every driver.
 
     It yields ``_SEND`` when the request should be sent and a number of seconds
     when the driver should wait; it is sent back a :class:`Completion` or the
     :class:`TransientError` / :class:`RequestRejected` the attempt raised; it
-    returns the :class:`Outcome`.
+    returns the :class:`Outcome`. ``keep`` is given every answer that parsed
+    (the result cache stores it).
     """
     attempts = 0
     transient_left = max_retries
@@ -292,13 +313,17 @@ def _policy(
         with lock:
             totals.add(result.usage)
         try:
-            return Outcome(parse(raw), raw, None, None, attempts, result.tokens)
+            value = parse(raw)
         except ParseError as exc:
             if parse_left <= 0:
                 return Outcome(None, raw, "parse", str(exc), attempts)
             parse_left -= 1
             with lock:
                 totals.retries += 1
+            continue
+        if keep is not None:
+            keep(request, result)
+        return Outcome(value, raw, None, None, attempts, result.tokens)
 
 
 def execute(
@@ -316,6 +341,7 @@ def execute(
     deadline: float | None = None,
     prices: Mapping[str, Mapping[str, Any]] | None = None,
     stop_when: StopWhen | None = None,
+    cache: ResultCache | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
 
@@ -359,6 +385,11 @@ def execute(
         further request is sent, requests in flight complete, and
         :class:`~semframe.errors.BudgetExceeded` is raised with ``outcomes``
         (caller's row order, ``None`` for rows never sent) and ``stats``.
+    cache : ResultCache, optional
+        The result cache (:mod:`semframe.cache`): cacheable requests found there
+        are answered from it without being sent (an answer that no longer
+        parses is sent again), and new answers are stored as they arrive. The
+        caller closes it.
 
     Returns
     -------
@@ -378,12 +409,18 @@ def execute(
     start = time.monotonic()
     stop_when = stop_when or stop_when_var.get()
     n = len(plan.requests)
-    workers = max(1, min(backend.capabilities.max_concurrency, max_concurrency or n or 1, n or 1))
     outcomes: list[Outcome | None] = [None] * n
     totals = _Totals()
     lock = threading.Lock()
-    bar = Progress(n, f"{plan.relquery.op} on {backend.name}", mode=progress)
     parse = plan.relquery.output.parse
+    send, keep = plan, None
+    if cache is not None:
+        send, keep = _serve_cached(plan, backend, cache, outcomes, totals)
+    m = len(send.requests)
+    workers = max(1, min(backend.capabilities.max_concurrency, max_concurrency or m or 1, m or 1))
+    bar = Progress(n, f"{plan.relquery.op} on {backend.name}", mode=progress)
+    if totals.cache_hits and bar.enabled:
+        bar.update(totals.done, 0, 0, 0)
 
     def policy(request: Request) -> Any:
         return _policy(
@@ -393,6 +430,7 @@ def execute(
             lock,
             max_retries=max_retries,
             parse_retries=parse_retries,
+            keep=keep,
         )
 
     def run_one(request: Request, slot: int | None) -> Outcome:
@@ -422,6 +460,9 @@ def execute(
             if bar.enabled:
                 bar.update(totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors)
 
+    def record_at(pos: int, outcome: Outcome) -> None:  # ``pos`` in ``send``
+        record(send.requests[pos].id, outcome)
+
     should_stop = None
     if stop_when is not None:
         hook = stop_when
@@ -434,21 +475,23 @@ def execute(
                     totals.cache_write_tokens,
                     totals.output_tokens,
                 )
-                answered = totals.done
+                answered = totals.done - totals.cache_hits
             return hook(spent, answered, in_flight)
 
     halted: list[bool] = []
     acomplete = getattr(backend, "acomplete", None)
     try:
-        if acomplete is not None:
+        if m == 0:
+            pass  # everything came from the result cache
+        elif acomplete is not None:
             limiter = _RateLimiter(rpm, tpm) if (rpm or tpm) else None
             _aio.run(
                 _run_async(
-                    plan,
+                    send,
                     workers,
                     acomplete=acomplete,
                     policy=policy,
-                    record=record,
+                    record=record_at,
                     limiter=limiter,
                     deadline=deadline,
                     should_stop=should_stop,
@@ -456,17 +499,17 @@ def execute(
                 )
             )
         elif workers == 1:
-            for request in plan.requests:
+            for request in send.requests:
                 if should_stop is not None and should_stop(0):
                     halted.append(True)
                     break
                 record(request.id, run_one(request, 0))
         else:
             _run_threads(
-                plan,
+                send,
                 workers,
                 run_one,
-                record,
+                record_at,
                 group_aware=group_aware,
                 should_stop=should_stop,
                 halted=halted,
@@ -478,6 +521,8 @@ def execute(
         raise
     finally:
         bar.close()
+        if cache is not None:
+            cache.flush()  # answers so far are kept, however the run ended
     done = [o for o in outcomes if o is not None]
     if halted and len(done) != n:
         stats = _stats(plan, backend, totals, start, workers, batch=False, prices=prices)
@@ -530,7 +575,73 @@ def _stats(
         expected_hit_rate=plan.expected_hit_rate,
         dollars=bill(backend, totals, batch=batch, prices=prices),
         batch=batch,
+        cache_hits=totals.cache_hits,
+        cache_saved_dollars=bill(backend, totals.saved, batch=batch, prices=prices),
     )
+
+
+def _serve_cached(
+    plan: Plan,
+    backend: Backend,
+    cache: ResultCache,
+    outcomes: list[Outcome | None],
+    totals: _Totals,
+) -> tuple[Plan, Callable[[Request, Completion], None]]:
+    """Fill ``outcomes`` from ``cache``; the plan of what is left to send, and the store hook.
+
+    A stored answer that does not parse (the parser changed, say) is not
+    served: its request is sent again and the new answer replaces it.
+    """
+    from semframe.cache import cacheable, request_key
+
+    parse = plan.relquery.output.parse
+    keys = {r.id: request_key(backend, r) for r in plan.requests if cacheable(r)}
+    try:
+        found = cache.get_many(list(dict.fromkeys(keys.values())))
+    except sqlite3.Error:  # an unreadable cache never stops a run
+        found = {}
+    served: list[str] = []
+    saved = [0, 0, 0, 0]
+    for r in plan.requests:
+        key = keys.get(r.id)
+        entry = found.get(key) if key is not None else None
+        if key is None or entry is None:
+            continue
+        try:
+            value = parse(entry.text)
+        except ParseError:
+            continue
+        outcomes[r.id] = Outcome(value, entry.text, None, None, 0, entry.tokens)
+        served.append(key)
+        for i, tokens in enumerate(entry.usage):
+            saved[i] += tokens
+    totals.cache_hits = totals.done = len(served)
+    totals.saved = Usage(*saved)
+    with contextlib.suppress(sqlite3.Error):
+        cache.touch(served)
+
+    def keep(request: Request, completion: Completion) -> None:
+        key = keys.get(request.id)
+        if key is not None:
+            cache.put(key, backend, completion)
+
+    if not served:
+        return plan, keep
+    remaining = tuple(r for r in plan.requests if outcomes[r.id] is None)
+    groups: list[PrefixGroup] = []
+    pos = 0
+    for g in plan.groups:
+        left = sum(1 for i in range(g.start, g.stop) if outcomes[i] is None)
+        if left:
+            groups.append(PrefixGroup(pos, pos + left))
+            pos += left
+    send = dataclasses.replace(
+        plan,
+        requests=remaining,
+        groups=tuple(groups),
+        shared_chars=tuple(plan.shared_chars[r.id] for r in remaining),
+    )
+    return send, keep
 
 
 def bill(

@@ -11,6 +11,7 @@ from typing import Any
 
 from semframe._paths import cache_dir
 from semframe.backends import Backend, get_backend
+from semframe.cache import open_cache
 from semframe.config import ResolvedConfig
 from semframe.errors import InputError
 from semframe.execute import Outcome, RunStats, execute
@@ -87,16 +88,26 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
             prices=cfg["prices"],
         )
     else:
-        outcomes, stats = execute(
-            call.plan,
-            backend,
-            max_concurrency=cfg["max_concurrency"],
-            max_retries=cfg["max_retries"],
-            progress=cfg["progress"],
-            rpm=cfg["rpm"],
-            tpm=cfg["tpm"],
-            # A guard above the SDK's own timeout, for servers that trickle bytes.
-            deadline=cfg["timeout"] * 1.5 + 5,
-            prices=cfg["prices"],
+        cache = (
+            open_cache(cache_dir(cfg["cache_dir"]), max_mib=cfg["cache_max_mib"])
+            if cfg["cache"]
+            else None
         )
+        try:
+            outcomes, stats = execute(
+                call.plan,
+                backend,
+                max_concurrency=cfg["max_concurrency"],
+                max_retries=cfg["max_retries"],
+                progress=cfg["progress"],
+                rpm=cfg["rpm"],
+                tpm=cfg["tpm"],
+                # A guard above the SDK's own timeout, for servers that trickle bytes.
+                deadline=cfg["timeout"] * 1.5 + 5,
+                prices=cfg["prices"],
+                cache=cache,
+            )
+        finally:
+            if cache is not None:
+                cache.close()
     return call.plan.restore(outcomes), stats

@@ -21,6 +21,7 @@ def _isolated_settings(
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SEMFRAME_PROGRESS", "off")
+    monkeypatch.setenv("SEMFRAME_CACHE_DIR", str(tmp_path / "cache"))  # type: ignore[operator]
     sys.modules["semframe.config"]._global.clear()  # type: ignore[attr-defined]
     fake_module._shared.clear()
     yield

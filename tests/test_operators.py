@@ -218,13 +218,16 @@ def test_results_come_back_in_original_order(
 
     register_backend("fake", lambda model, settings: backend)
     try:
-        out = df.llm.map("{g} {num} {key}", backend="fake", reorder=reorder)
+        # Examples share one cache directory; every example must reach the backend.
+        out = df.llm.map("{g} {num} {key}", backend="fake", reorder=reorder, cache=False)
         history = list(backend.history)
         as_polars = pl.DataFrame(
             {c: [None if v != v else v for v in df[c].tolist()] for c in df.columns},
             strict=False,
         )
-        polars_out = as_polars.llm.map("{g} {num} {key}", backend="fake", reorder=reorder)
+        polars_out = as_polars.llm.map(
+            "{g} {num} {key}", backend="fake", reorder=reorder, cache=False
+        )
     finally:
         register_backend("fake", "semframe.backends.fake:create")
     assert out.index.equals(df.index)

@@ -1,0 +1,13 @@
+"""Isolation for the doctests under ``semframe/`` (``tests/conftest.py`` covers ``tests/``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _doctest_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each test or docstring gets its own result cache: never the user's, never shared."""
+    monkeypatch.setenv("SEMFRAME_CACHE_DIR", str(tmp_path / "cache"))

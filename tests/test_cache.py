@@ -1,0 +1,309 @@
+"""The persistent result cache: re-runs are free, crashes resume, keys hold no secrets."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import semframe
+from semframe.backends.base import Completion, Request, Usage
+from semframe.backends.fake import FakeBackend, default_answer
+from semframe.cache import FILENAME, ResultCache, request_key
+from semframe.cli import main
+from semframe.emulator import Fault, ProviderEmulator
+from semframe.errors import RunAborted
+
+KEY = "sk-test-cache-secret-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _fake_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEMFRAME_BACKEND", "fake")
+
+
+def _frame(n: int = 12) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "movie": [f"movie {i % 3}" for i in range(n)],
+            "review": [f"review {i}" for i in range(n)],
+        },
+        index=[f"id{i}" for i in range(n)],
+    )
+
+
+def _cache_file() -> Path:
+    return Path(semframe.config()["cache_dir"]) / FILENAME
+
+
+def test_rerun_is_served_from_cache_byte_for_byte(fake: FakeBackend) -> None:
+    df = _frame()
+    first = df.llm.map("Summarize {review} of {movie}", out="s")
+    assert len(fake.history) == 12
+    stats = semframe.last_run()
+    assert stats is not None
+    assert stats.cache_hits == 0
+    second = df.llm.map("Summarize {review} of {movie}", out="s")
+    assert len(fake.history) == 12, "nothing sent on the re-run"
+    stats = semframe.last_run()
+    assert stats is not None
+    assert (stats.cache_hits, stats.requests, stats.prompt_tokens) == (12, 0, 0)
+    assert "12 from the result cache" in repr(stats)
+    assert pickle.dumps(first) == pickle.dumps(second)
+    # filter with a schema, and extract, too
+    liked = df.llm.filter("Is {review} great?")
+    sent = len(fake.history)
+    assert df.llm.filter("Is {review} great?").equals(liked)
+    assert len(fake.history) == sent
+
+
+def test_partial_hits_send_only_the_rest(fake: FakeBackend) -> None:
+    df = _frame()
+    df.iloc[:5].llm.map("Summarize {review} of {movie}")
+    out = df.llm.map("Summarize {review} of {movie}")
+    assert len(fake.history) == 5 + 7
+    assert out["llm_output"].tolist() == [default_answer(r) for r in _requests_of(df, fake)]
+    stats = semframe.last_run()
+    assert stats is not None
+    assert (stats.cache_hits, stats.requests, stats.rows) == (5, 7, 12)
+
+
+def _requests_of(df: pd.DataFrame, fake: FakeBackend) -> list[Request]:
+    by_review = {r.prompt.rsplit("review: ", 1)[-1].strip(): r for r in fake.history}
+    return [by_review[v] for v in df["review"]]
+
+
+def test_crash_midway_resumes_paying_only_for_the_rest(fake: FakeBackend) -> None:
+    df = _frame(200)
+    calls = 0
+
+    def dies_after_120(request: Request) -> str:
+        nonlocal calls
+        calls += 1
+        if calls > 120:
+            raise KeyboardInterrupt
+        return default_answer(request)
+
+    fake.responder = dies_after_120
+    with pytest.raises(KeyboardInterrupt):
+        df.llm.map("Summarize {review} of {movie}")
+    assert len(fake.history) == 121
+    fake.responder = default_answer
+    out = df.llm.map("Summarize {review} of {movie}")
+    assert len(fake.history) == 121 + 80, "the 120 answered rows were not paid again"
+    assert out["llm_output"].notna().all()
+    stats = semframe.last_run()
+    assert stats is not None
+    assert (stats.cache_hits, stats.requests) == (120, 80)
+
+
+def test_cache_false_bypasses_reading_and_writing(fake: FakeBackend) -> None:
+    df = _frame()
+    df.llm.map("Summarize {review}", cache=False)
+    assert not _cache_file().exists()
+    df.llm.map("Summarize {review}")
+    df.llm.map("Summarize {review}", cache=False)
+    assert len(fake.history) == 36
+    with semframe.using(cache=False):
+        df.llm.map("Summarize {review}")
+    assert len(fake.history) == 48
+
+
+def test_only_temperature_zero_is_cached(fake: FakeBackend) -> None:
+    df = _frame(4)
+    df.llm.map("Summarize {review}", temperature=0.7)
+    df.llm.map("Summarize {review}", temperature=0.7)
+    assert len(fake.history) == 8
+
+
+def test_unparseable_cached_answer_is_asked_again(fake: FakeBackend) -> None:
+    df = _frame(3)
+    fake.enqueue('{"answer": "maybe"}')  # row sent first: unparseable, retried once
+    fake.enqueue('{"answer": "maybe"}')
+    out = df.llm.filter("Is {review} great?", errors="keep")
+    assert out["llm_error"].notna().sum() == 1
+    # a stale unparseable answer planted under a key is not served either
+    plan = df.llm.plan("Is {review} great?", op="filter")
+    with ResultCache(_cache_file()) as cache:
+        for r in plan.requests:
+            cache.put(request_key(fake, r), fake, Completion(r.id, "garbage", Usage(1, 0, 0, 1)))
+    sent = len(fake.history)
+    out = df.llm.filter("Is {review} great?", errors="keep")
+    assert len(fake.history) == sent + 3
+    assert out["llm_error"].isna().all()
+    stats = semframe.last_run()
+    assert stats is not None
+    assert stats.cache_hits == 0
+    df.llm.filter("Is {review} great?", errors="keep")
+    assert len(fake.history) == sent + 3, "the fresh answers replaced the garbage"
+
+
+def test_key_covers_what_determines_the_answer() -> None:
+    fake = FakeBackend()
+    r = Request(0, 0, "Summarize\n\nreview: x\n", None, 16, 0.0, {"type": "object"}, 0)
+    base = request_key(fake, r)
+    variants = [
+        request_key(FakeBackend(model="other"), r),
+        request_key(fake, r._replace(temperature=0.5)),
+        request_key(fake, r._replace(max_tokens=17)),
+        request_key(fake, r._replace(schema={"type": "string"})),
+        request_key(fake, r._replace(schema=None)),
+        request_key(fake, r._replace(system="be brief")),
+        request_key(fake, r._replace(prompt=r.prompt + " ")),
+        request_key(fake, r._replace(logprobs=5)),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+    # not: position, row, group, prefix; schema key order
+    same = r._replace(id=9, row=3, group=2, prefix=((5, 2),))
+    assert request_key(fake, same) == base
+    a = r._replace(schema={"type": "object", "required": ["a"]})
+    b = r._replace(schema={"required": ["a"], "type": "object"})
+    assert request_key(fake, a) == request_key(fake, b)
+
+
+def test_size_cap_evicts_least_recently_used(tmp_path: Path) -> None:
+    now = [1000.0]
+    fake = FakeBackend()
+    path = tmp_path / "c.sqlite"
+    text = "x" * 10_000
+    with ResultCache(path, max_mib=0.1, clock=lambda: now[0]) as cache:  # ~104 kB
+        keys = [f"k{i}" for i in range(8)]
+        for key in keys:
+            now[0] += 1
+            cache.put(key, fake, Completion(0, text, Usage(1, 0, 0, 1)))
+        cache.flush()
+        now[0] += 1
+        cache.touch(["k0"])  # k0 is now the most recently used
+        for i in range(8, 12):
+            now[0] += 1
+            cache.put(f"k{i}", fake, Completion(0, text, Usage(1, 0, 0, 1)))
+        cache.flush()
+        left = set(cache.get_many([f"k{i}" for i in range(12)]))
+        info = cache.info()
+    assert info.bytes <= 0.1 * 2**20
+    assert "k0" in left and {"k8", "k9", "k10", "k11"} <= left
+    assert "k1" not in left and "k2" not in left, "the least recently used went first"
+
+
+def _writer(path: str, start: int, count: int) -> None:
+    fake = FakeBackend()
+    with ResultCache(path) as cache:
+        for i in range(start, start + count):
+            cache.put(f"key{i}", fake, Completion(0, f"answer {i}", Usage(3, 0, 0, 2)))
+            if i % 7 == 0:
+                cache.flush()
+
+
+def test_two_processes_write_at_once(tmp_path: Path) -> None:
+    path = str(tmp_path / FILENAME)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, lo, 600)) for lo in (0, 300)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    with ResultCache(path) as cache:
+        found = cache.get_many([f"key{i}" for i in range(900)])
+        info = cache.info()
+    assert len(found) == info.entries == 900
+    assert found["key450"].text == "answer 450"
+
+
+@pytest.fixture
+def emu(monkeypatch: pytest.MonkeyPatch) -> ProviderEmulator:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    with ProviderEmulator() as server:
+        yield server  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+def test_api_rerun_costs_nothing_and_reports_the_saving(
+    emu: ProviderEmulator, backend: str
+) -> None:
+    df = _frame(6)
+    url = emu.openai_url if backend == "openai" else emu.anthropic_url
+    model = "gpt-4o-mini" if backend == "openai" else None
+    first = df.llm.map("Summarize {review} of {movie}", backend=backend, base_url=url, model=model)
+    paid = semframe.last_run()
+    requests = emu.ledger.totals().requests
+    second = df.llm.map("Summarize {review} of {movie}", backend=backend, base_url=url, model=model)
+    assert emu.ledger.totals().requests == requests, "no request reached the provider"
+    stats = semframe.last_run()
+    assert paid is not None and stats is not None
+    assert pickle.dumps(first) == pickle.dumps(second)
+    assert stats.cache_hits == 6 and stats.dollars == 0
+    assert paid.dollars is not None and paid.dollars > 0
+    assert stats.cache_saved_dollars == pytest.approx(paid.dollars, rel=1e-9)
+    # another endpoint is another cache key
+    with ProviderEmulator() as other:
+        other_url = other.openai_url if backend == "openai" else other.anthropic_url
+        df.llm.map(
+            "Summarize {review} of {movie}", backend=backend, base_url=other_url, model=model
+        )
+        assert other.ledger.totals().requests == 6
+    data = b"".join(p.read_bytes() for p in _cache_file().parent.glob(FILENAME + "*"))
+    assert KEY.encode() not in data
+    assert KEY[-12:].encode() not in data
+
+
+def test_rejected_key_midway_resumes_paying_only_for_the_rest(emu: ProviderEmulator) -> None:
+    df = _frame(10)
+    seen = 0
+
+    def revoke_after_five(prompt: str) -> bool:  # the key is revoked mid-run
+        nonlocal seen
+        seen += 1
+        if seen == 5:
+            emu.api_keys = frozenset({"sk-someone-else-000000"})
+        return False
+
+    emu.faults.inject(Fault.server_error(500), when=revoke_after_five)
+    with pytest.raises(RunAborted, match="401") as info:
+        df.llm.map(
+            "Summarize {review}", backend="openai", base_url=emu.openai_url, max_concurrency=1
+        )
+    assert "5 of 10 rows had been answered" in str(info.value)
+    emu.api_keys = None
+    before = emu.ledger.totals().requests
+    out = df.llm.map("Summarize {review}", backend="openai", base_url=emu.openai_url)
+    assert emu.ledger.totals().requests - before == 5
+    assert out["llm_output"].notna().all()
+    stats = semframe.last_run()
+    assert stats is not None
+    assert (stats.cache_hits, stats.requests) == (5, 5)
+
+
+def test_cli_info_and_clear(fake: FakeBackend, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cache", "info"]) == 0
+    assert "no result cache yet" in capsys.readouterr().out
+    df = _frame(5)
+    df.llm.map("Summarize {review}")
+    df.llm.map("Summarize {review}")
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert str(_cache_file()) in out
+    assert "entries: 5" in out
+    assert "fake/fake-model: 5 entries, 5 hits" in out
+    assert main(["cache", "clear", "--older-than", "1"]) == 0
+    assert "removed 0 answers not used for 1 days" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 5 answers" in capsys.readouterr().out
+    df.llm.map("Summarize {review}")
+    assert len(fake.history) == 10
+    with pytest.raises(SystemExit):
+        main(["cache", "purge"])
+    capsys.readouterr()
+
+
+def test_cache_doc_examples_run() -> None:
+    import doctest
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "cache.md"
+    result = doctest.testfile(str(doc), module_relative=False)
+    assert result.attempted >= 5
+    assert result.failed == 0
