@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,6 +159,37 @@ class ApiBackend:
             return await asyncio.to_thread(fn, *args, **kwargs)
         except Exception as exc:
             raise classify_error(exc, provider=self.name, secrets=self._secrets) from None
+
+
+def reuse_backend(
+    cache: dict[tuple[Any, ...], Any],
+    factory: Callable[..., Any],
+    *,
+    env_keys: Sequence[str],
+    **options: Any,
+) -> Any:
+    """``factory(**options)``, built once per distinct options and API key.
+
+    The key itself is not kept: only a digest of it tells calls made with
+    different keys apart. Unhashable options (price tables) count by ``repr``.
+    """
+    secret = next((os.environ[k] for k in env_keys if os.environ.get(k)), "")
+    ident = (
+        *((k, v if _hashable(v) else repr(v)) for k, v in sorted(options.items())),
+        hashlib.sha256(secret.encode()).hexdigest(),
+    )
+    backend = cache.get(ident)
+    if backend is None:
+        backend = cache[ident] = factory(**options)
+    return backend
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def cache_key(*parts: str) -> str:

@@ -24,7 +24,6 @@ reprs, errors or logs.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -38,6 +37,7 @@ from semframe.backends._api import (
     custom_id,
     jsonable,
     request_id_of,
+    reuse_backend,
     scrub,
 )
 from semframe.backends.base import Capabilities, Completion, Request, Usage
@@ -329,33 +329,16 @@ _backends: dict[tuple[Any, ...], AnthropicBackend] = {}
 
 def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
     """Factory for ``backend="anthropic"`` (clients are reused across calls)."""
-    client = settings.get("client")
-    base_url = settings.get("base_url")
-    timeout = float(settings.get("timeout") or 120.0)
-    concurrency = settings.get("max_concurrency") or 32
-    ttl = settings.get("cache_ttl") or "5m"
-    prices = settings.get("prices")
-    key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN") or ""
-    ident = (
-        model or DEFAULT_MODEL,
-        base_url,
-        client,
-        timeout,
-        concurrency,
-        ttl,
-        repr(prices),
-        hashlib.sha256(key.encode()).hexdigest(),
+    backend: AnthropicBackend = reuse_backend(
+        _backends,
+        AnthropicBackend,
+        env_keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+        model=model or DEFAULT_MODEL,
+        client=settings.get("client"),
+        base_url=settings.get("base_url"),
+        timeout=float(settings.get("timeout") or 120.0),
+        max_concurrency=settings.get("max_concurrency") or 32,
+        cache_ttl=settings.get("cache_ttl") or "5m",
+        prices=settings.get("prices"),
     )
-    backend = _backends.get(ident)
-    if backend is None:
-        backend = AnthropicBackend(
-            model or DEFAULT_MODEL,
-            client=client,
-            base_url=base_url,
-            timeout=timeout,
-            max_concurrency=concurrency,
-            cache_ttl=ttl,
-            prices=prices,
-        )
-        _backends[ident] = backend
     return backend

@@ -31,6 +31,7 @@ from semframe.backends._api import (
     cache_key,
     custom_id,
     request_id_of,
+    reuse_backend,
     scrub,
 )
 from semframe.backends.base import Capabilities, Completion, Request, TokenLogprob, Usage
@@ -372,27 +373,14 @@ _backends: dict[tuple[Any, ...], OpenAIBackend] = {}
 
 def create(model: str | None, settings: Mapping[str, Any]) -> OpenAIBackend:
     """Factory for ``backend="openai"`` (clients are reused across calls)."""
-    client = settings.get("client")
-    base_url = settings.get("base_url")
-    timeout = float(settings.get("timeout") or 120.0)
-    concurrency = settings.get("max_concurrency") or 64
-    key = os.environ.get("OPENAI_API_KEY") or ""
-    ident = (
-        model or DEFAULT_MODEL,
-        base_url,
-        client,
-        timeout,
-        concurrency,
-        hashlib.sha256(key.encode()).hexdigest(),
+    backend: OpenAIBackend = reuse_backend(
+        _backends,
+        OpenAIBackend,
+        env_keys=("OPENAI_API_KEY",),
+        model=model or DEFAULT_MODEL,
+        client=settings.get("client"),
+        base_url=settings.get("base_url"),
+        timeout=float(settings.get("timeout") or 120.0),
+        max_concurrency=settings.get("max_concurrency") or 64,
     )
-    backend = _backends.get(ident)
-    if backend is None:
-        backend = OpenAIBackend(
-            model or DEFAULT_MODEL,
-            client=client,
-            base_url=base_url,
-            timeout=timeout,
-            max_concurrency=concurrency,
-        )
-        _backends[ident] = backend
     return backend
