@@ -1004,11 +1004,27 @@ def _sim_openai(plan: Plan, ctx: _Context, pieces: _Pieces, out_mean: float) -> 
     def complete(i: int, t: float) -> None:
         sim.complete(tickets.pop(i), at=t)
 
+    wall = _dispatch(plan, ctx, out_mean, arrive, complete)
+    return _Sim(totals[0], totals[1], 0, 0, wall)
+
+
+def _dispatch(
+    plan: Plan,
+    ctx: _Context,
+    out_mean: float,
+    arrive: Callable[[int, float], None],
+    complete: Callable[[int, float], None],
+) -> float | None:
+    """Replay the executor's send order through ``arrive``/``complete``; its wall time.
+
+    Batch runs go one after another with no wall time (``None``); live runs
+    follow the async dispatcher's model.
+    """
     if ctx.batch:
         _sequential(len(plan.requests), arrive, complete)
-        return _Sim(totals[0], totals[1], 0, 0, None)
+        return None
     lat = ctx.latency
-    wall = _simulate_async(
+    return _simulate_async(
         _bounds(plan),
         len(plan.requests),
         ctx.workers,
@@ -1017,7 +1033,6 @@ def _sim_openai(plan: Plan, ctx: _Context, pieces: _Pieces, out_mean: float) -> 
         arrive,
         complete,
     )
-    return _Sim(totals[0], totals[1], 0, 0, wall)
 
 
 def _sequential(
@@ -1067,19 +1082,7 @@ def _sim_anthropic(plan: Plan, ctx: _Context, pieces: _Pieces, out_mean: float) 
     def complete(i: int, t: float) -> None:
         sim.complete(tickets.pop(i), at=t)
 
-    if ctx.batch:
-        _sequential(len(plan.requests), arrive, complete)
-        return _Sim(totals[0], totals[1], totals[2], totals[3], None)
-    lat = ctx.latency
-    wall = _simulate_async(
-        _bounds(plan),
-        len(plan.requests),
-        ctx.workers,
-        lat.seconds(out_mean),
-        lat.send_s,
-        arrive,
-        complete,
-    )
+    wall = _dispatch(plan, ctx, out_mean, arrive, complete)
     return _Sim(totals[0], totals[1], totals[2], totals[3], wall)
 
 
