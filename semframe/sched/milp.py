@@ -85,7 +85,10 @@ class MilpSchedule:
     Attributes
     ----------
     objective : float
-        Average relQuery latency or makespan (seconds), from the solver.
+        Average relQuery latency or makespan (seconds) of ``batches`` run as
+        soon as possible (:func:`schedule_cost`): the schedule's exact cost,
+        not the solver's value, which may sit up to its feasibility tolerance
+        below it.
     batches : list of list of (int, str)
         Per batch, ``(req_id, "prefill" | "decode")`` items.
     starts : list of float
@@ -407,8 +410,9 @@ def solve_optimal(
             starts.append(float(x[s[j]]))
     dual = getattr(sol, "mip_dual_bound", None)
     bound = float(sol.fun if dual is None else dual) + shift
+    latency, makespan = schedule_cost(reqs, batches, cost)
     return MilpSchedule(
-        objective=float(sol.fun) + shift,
+        objective=latency if objective == "latency" else makespan,
         batches=batches,
         starts=starts,
         optimal=sol.status == 0,
