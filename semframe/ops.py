@@ -467,6 +467,8 @@ def _map(frame: Any, call: Call, out: str) -> Any:
 
 def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
     """Implementation of ``df.llm.filter``; see the accessor for documentation."""
+    if kwargs.get("cascade") is not None:
+        return _cascade(frame, template, "filter", kwargs, {})
     options = pop_run_options(kwargs)
     call = compile_call(frame, template, op="filter", **kwargs)
     est = estimate_of(call.plan, call.settings, options, "filter")
@@ -502,6 +504,8 @@ def compile_extract(frame: Any, template: str, schema: object, **kwargs: Any) ->
 
 def llm_extract(frame: Any, template: str, schema: object, **kwargs: Any) -> Any:
     """Implementation of ``df.llm.extract``; see the accessor for documentation."""
+    if kwargs.get("cascade") is not None:
+        return _cascade(frame, template, "extract", kwargs, {"schema": schema})
     options = pop_run_options(kwargs)
     _, fields = record_spec(schema)
     call = compile_extract(frame, template, schema, **kwargs)
@@ -593,6 +597,11 @@ def llm_classify(
     frame: Any, template: str, labels: object, *, out: str = "label", **kwargs: Any
 ) -> Any:
     """Implementation of ``df.llm.classify``; see the accessor for documentation."""
+    if kwargs.get("cascade") is not None:
+        extra = {"labels": labels, "out": out}
+        for name in ("multi", "confidence"):
+            extra[name] = kwargs.pop(name, False)
+        return _cascade(frame, template, "classify", kwargs, extra)
     options = pop_run_options(kwargs)
     confidence = kwargs.get("confidence", False)
     call = compile_classify(frame, template, labels, out=out, **kwargs)
@@ -715,6 +724,32 @@ def llm_estimate(frame: Any, template: str, *, op: str = "map", **kwargs: Any) -
         f"unknown op {op!r}.{did_you_mean(op, ALL_OPS)} Valid ops: {', '.join(map(repr, ALL_OPS))}."
     )
     raise InputError(msg)
+
+
+def _cascade(
+    frame: Any, template: str, op: str, kwargs: dict[str, Any], extra: dict[str, Any]
+) -> Any:
+    """``cascade=`` on filter/classify/extract: see :mod:`semframe.cascade`."""
+    from semframe.cascade import run_cascade
+
+    cascade = kwargs.pop("cascade")
+    thresholds = kwargs.pop("thresholds", None)
+    stage_column = kwargs.pop("stage_column", "llm_stage")
+    for name in ("backend", "model"):
+        if kwargs.get(name) is not None:
+            msg = f"{name}= and cascade= do not combine: each cascade stage names its {name}."
+            raise InputError(msg)
+        kwargs.pop(name, None)
+    return run_cascade(
+        frame,
+        template,
+        op,
+        cascade,
+        thresholds=thresholds,
+        stage_column=stage_column,
+        extra=extra,
+        **kwargs,
+    )
 
 
 def _required(kwargs: dict[str, Any], name: str, op: str) -> Any:
