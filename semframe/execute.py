@@ -19,6 +19,7 @@ import random
 import sqlite3
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -416,6 +417,8 @@ def execute(
     send, keep = plan, None
     if cache is not None:
         send, keep = _serve_cached(plan, backend, cache, outcomes, totals)
+    if backend.capabilities.relquery_aware and send.requests:
+        send = _tag_relquery(send)
     m = len(send.requests)
     workers = max(1, min(backend.capabilities.max_concurrency, max_concurrency or m or 1, m or 1))
     bar = Progress(n, f"{plan.relquery.op} on {backend.name}", mode=progress)
@@ -578,6 +581,14 @@ def _stats(
         cache_hits=totals.cache_hits,
         cache_saved_dollars=bill(backend, totals.saved, batch=batch, prices=prices),
     )
+
+
+def _tag_relquery(plan: Plan) -> Plan:
+    """Tag each request with this run's relQuery id and size (relQuery-aware engines)."""
+    rel = uuid.uuid4().hex[:16]
+    size = len(plan.requests)
+    requests = tuple(r._replace(rel=rel, rel_size=size) for r in plan.requests)
+    return dataclasses.replace(plan, requests=requests)
 
 
 def _serve_cached(

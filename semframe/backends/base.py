@@ -38,6 +38,13 @@ class Request(NamedTuple):
         ``shared_by`` consecutive requests including this one. The first is the
         instruction block, shared by the whole relQuery. API backends place
         cache breakpoints here.
+    logprobs : int
+        Top alternatives per generated token to report (0: no logprobs).
+    rel : str
+        The relQuery run this request belongs to, for engines that schedule by
+        relQuery (set by the executor when the backend is ``relquery_aware``).
+    rel_size : int
+        Requests in that run.
     """
 
     id: int
@@ -50,6 +57,8 @@ class Request(NamedTuple):
     group: int
     prefix: tuple[tuple[int, int], ...] = ()
     logprobs: int = 0
+    rel: str = ""
+    rel_size: int = 0
 
     def messages(self) -> list[dict[str, str]]:
         """Chat messages for this request (system first, when given)."""
@@ -112,6 +121,10 @@ class Capabilities:
         Requests the backend serves at once.
     context_window : int or None
         Tokens per request (prompt + output), when known.
+    relquery_aware : bool
+        The engine schedules by relQuery (our scheduler inside vLLM): the
+        executor tags each request with its run's identity and size
+        (``Request.rel``, ``Request.rel_size``).
     """
 
     prefix_cache: Literal["none", "per_slot", "shared"] = "none"
@@ -119,6 +132,7 @@ class Capabilities:
     logprobs: bool = False
     max_concurrency: int = 1
     context_window: int | None = None
+    relquery_aware: bool = False
 
 
 @runtime_checkable
