@@ -14,10 +14,15 @@ draw, not *the* answer. API keys never enter the digest or the file; neither
 does the client object.
 
 The executor looks every request up before sending anything, serves the hits
-(an answer that no longer parses is asked again), and writes new answers as
-they arrive, committing every :data:`FLUSH_EVERY` answers or
-:data:`FLUSH_SECONDS` seconds and at the end of a run, however it ends. A crash
-therefore loses at most the answers of the last second.
+(an answer that no longer parses is asked again), and hands new answers to
+:meth:`ResultCache.put` as they arrive. A writer thread commits them as soon
+as it is free (one transaction per answer when answers are slow, many per
+transaction when they are fast), and the end of a run waits for the last
+commit, however the run ends. A crash, even ``kill -9``, therefore loses only
+the requests in flight and the answers of the commit under way (about a
+millisecond's worth). When the disk is full the answers stay in memory, a
+warning is logged, writing is tried again every :data:`RETRY_SECONDS`, and the
+run goes on.
 
 Examples
 --------
@@ -32,11 +37,13 @@ Examples
 ...     cache.put(key, backend, Completion(0, "hi Bob", Usage(4, 0, 0, 2), "stop"))
 ...     cache.flush()
 ...     cache.get_many([key])[key].text
+True
 'hi Bob'
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -53,25 +60,28 @@ from semframe.backends.base import Backend, Completion, Request, TokenLogprob, U
 
 __all__ = [
     "FILENAME",
-    "FLUSH_EVERY",
-    "FLUSH_SECONDS",
+    "RETRY_SECONDS",
+    "TOUCH_SECONDS",
     "CacheInfo",
     "Entry",
     "ResultCache",
     "cacheable",
+    "open_cache",
     "request_key",
+    "request_keys",
 ]
 
 FILENAME = "results.sqlite"
 """The cache file's name inside semframe's cache directory."""
 
-FLUSH_EVERY = 50
-"""Pending answers that trigger a commit."""
+RETRY_SECONDS = 1.0
+"""Seconds a failed write (a full disk) waits before the writer tries again."""
 
-FLUSH_SECONDS = 1.0
-"""Seconds after which pending answers are committed with the next answer."""
+TOUCH_SECONDS = 3600.0
+"""A served entry's last-used time is refreshed only when older than this (LRU granularity)."""
 
-_KEY_VERSION = "semframe-result-v1"
+_KEY_VERSION = "semframe-result-v2"
+_SCHEMA_VERSION = 2  # PRAGMA user_version; a file of another version is emptied on open
 _ROW_OVERHEAD = 128  # bytes counted per row besides its text (key, numbers, index entries)
 
 _log = logging.getLogger("semframe.cache")
@@ -90,22 +100,28 @@ CREATE TABLE IF NOT EXISTS results (
     finish_reason TEXT,
     created REAL NOT NULL,
     last_used REAL NOT NULL,
-    hits INTEGER NOT NULL DEFAULT 0,
     size INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS results_last_used ON results (last_used);
+CREATE TABLE IF NOT EXISTS hits (
+    backend TEXT NOT NULL,
+    model TEXT NOT NULL,
+    hits INTEGER NOT NULL,
+    PRIMARY KEY (backend, model)
+);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('bytes', 0);
-CREATE TRIGGER IF NOT EXISTS results_ins AFTER INSERT ON results BEGIN
-    UPDATE meta SET value = value + NEW.size WHERE name = 'bytes';
-END;
-CREATE TRIGGER IF NOT EXISTS results_del AFTER DELETE ON results BEGIN
-    UPDATE meta SET value = value - OLD.size WHERE name = 'bytes';
-END;
-CREATE TRIGGER IF NOT EXISTS results_upd AFTER UPDATE OF size ON results BEGIN
-    UPDATE meta SET value = value - OLD.size + NEW.size WHERE name = 'bytes';
-END;
 """
+
+_INSERT = (
+    "INSERT INTO results (key, backend, model, text, tokens, prompt_tokens, cached_tokens, "
+    "cache_write_tokens, output_tokens, finish_reason, created, last_used, size) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET text = excluded.text, tokens = excluded.tokens, "
+    "prompt_tokens = excluded.prompt_tokens, cached_tokens = excluded.cached_tokens, "
+    "cache_write_tokens = excluded.cache_write_tokens, output_tokens = excluded.output_tokens, "
+    "finish_reason = excluded.finish_reason, last_used = excluded.last_used, size = excluded.size"
+)
 
 
 def cacheable(request: Request) -> bool:
@@ -137,21 +153,39 @@ def request_key(backend: Backend, request: Request) -> str:
     >>> k == request_key(FakeBackend(model="other"), r)
     False
     """
-    schema = None if request.schema is None else json.dumps(request.schema, sort_keys=True)
-    parts = [
-        _KEY_VERSION,
-        backend.name,
-        backend.model,
-        getattr(backend, "base_url", None),
-        request.system,
-        request.prompt,
-        request.max_tokens,
-        repr(float(request.temperature)),
-        schema,
-        request.logprobs,
-    ]
-    text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return request_keys(backend, [request])[0]
+
+
+def request_keys(backend: Backend, requests: Sequence[Request]) -> list[str]:
+    """:func:`request_key` of each of ``requests`` (fast for the requests of one plan).
+
+    Everything but the prompt is hashed once per distinct combination, as JSON
+    (which never holds a NUL byte); the prompt follows after a NUL, so distinct
+    requests cannot collide by shifting text between fields.
+
+    Examples
+    --------
+    >>> from semframe.backends.fake import FakeBackend
+    >>> rs = [Request(i, i, f"p{i}", None, 8, 0.0, None, 0) for i in range(3)]
+    >>> request_keys(FakeBackend(), rs)[2] == request_key(FakeBackend(), rs[2])
+    True
+    """
+    heads: dict[tuple[Any, ...], Any] = {}
+    base = [_KEY_VERSION, backend.name, backend.model, getattr(backend, "base_url", None)]
+    keys: list[str] = []
+    for r in requests:
+        ident = (r.system, r.max_tokens, r.temperature, id(r.schema), r.logprobs)
+        found = heads.get(ident)
+        if found is None:
+            schema = None if r.schema is None else json.dumps(r.schema, sort_keys=True)
+            parts = [*base, r.system, r.max_tokens, repr(float(r.temperature)), schema, r.logprobs]
+            text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
+            head = hashlib.sha256(text.encode("utf-8", "surrogatepass") + b"\x00")
+            found = heads[ident] = (head, r.schema)  # the schema is held so its id stays unique
+        digest = found[0].copy()
+        digest.update(r.prompt.encode("utf-8", "surrogatepass"))
+        keys.append(digest.hexdigest())
+    return keys
 
 
 class Entry(NamedTuple):
@@ -167,12 +201,15 @@ class Entry(NamedTuple):
         The provider's finish reason.
     tokens : tuple of TokenLogprob or None
         Token logprobs, when the request asked for them.
+    last_used : float
+        When it was last served or stored (wall clock seconds).
     """
 
     text: str
     usage: Usage
     finish_reason: str | None
     tokens: tuple[TokenLogprob, ...] | None
+    last_used: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +255,13 @@ class CacheInfo:
 class ResultCache:
     """The SQLite result cache (one connection, safe to share between threads).
 
+    Answers given to :meth:`put` are committed by a background writer thread
+    as soon as it is free (group commit): one at a time when answers arrive
+    slowly, many per transaction when they arrive fast. When a write fails (a
+    full disk, a lock held too long), the answers stay in memory, a warning
+    is logged once, and the writer tries again after :data:`RETRY_SECONDS`;
+    the run itself never sees the failure.
+
     Parameters
     ----------
     path : Path
@@ -239,12 +283,18 @@ class ResultCache:
         self.path = Path(path)
         self.max_bytes = None if max_mib is None else int(max_mib * 2**20)
         self.clock = clock
-        self._lock = threading.Lock()
+        self._db_lock = threading.RLock()  # the connection
+        self._cond = threading.Condition()  # the fields below
         self._pending: list[tuple[Any, ...]] = []
-        self._last_flush = time.monotonic()
+        self._writing = False
+        self._stopping = False
+        self._retry_at = 0.0
+        self._writer: threading.Thread | None = None
         self._closed = False
         self.write_errors = 0
-        """Commits that failed (their answers were dropped, the run went on)."""
+        """Writes that failed (their answers were kept in memory and tried again)."""
+        self.last_error: str | None = None
+        """The last write failure, as SQLite reported it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(
             self.path, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -253,9 +303,18 @@ class ResultCache:
             self._db.execute("PRAGMA busy_timeout = 30000")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.execute("PRAGMA cache_size = -65536")  # 64 MiB: bulk inserts stay in memory
             with self._transaction():
+                (version,) = self._db.execute("PRAGMA user_version").fetchone()
+                if version != _SCHEMA_VERSION:  # an older format: it is only a cache
+                    for kind, name in self._db.execute(
+                        "SELECT type, name FROM sqlite_master "
+                        "WHERE type IN ('table', 'trigger') AND name NOT LIKE 'sqlite_%'"
+                    ).fetchall():
+                        self._db.execute(f'DROP {kind} IF EXISTS "{name}"')
                 for statement in _split_script(_SCHEMA):
                     self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
         except BaseException:
             self._db.close()
             raise
@@ -274,14 +333,31 @@ class ResultCache:
         self.close()
 
     def close(self) -> None:
-        """Commit what is pending and close the connection (idempotent)."""
-        with self._lock:
+        """Commit what is pending and close the connection (idempotent).
+
+        Answers that still cannot be written are reported in a warning.
+        """
+        with self._cond:
             if self._closed:
                 return
-            try:
-                self._safe_flush_locked()
-            finally:
-                self._closed = True
+            self._closed = self._stopping = True
+            self._cond.notify_all()
+            writer = self._writer
+        if writer is not None:
+            writer.join()
+        try:
+            self.flush()
+            with self._cond:
+                lost = len(self._pending)
+            if lost:
+                _log.warning(
+                    "result cache: %d answers could not be stored (%s); this run's results "
+                    "are complete, but a re-run will send those requests again",
+                    lost,
+                    self.last_error,
+                )
+        finally:
+            with self._db_lock:
                 self._db.close()
 
     def __repr__(self) -> str:
@@ -292,10 +368,11 @@ class ResultCache:
     def get_many(self, keys: Sequence[str]) -> dict[str, Entry]:
         """The stored entries among ``keys`` (missing keys are absent).
 
-        Hits are not yet counted: call :meth:`touch` with the keys actually served.
+        Hits are not counted: call :meth:`count_hits` (and :meth:`touch`) for
+        the entries actually served.
         """
         found: dict[str, Entry] = {}
-        with self._lock:
+        with self._db_lock:
             if self._closed:
                 return found
             for lo in range(0, len(keys), 500):
@@ -303,43 +380,73 @@ class ResultCache:
                 marks = ",".join("?" * len(chunk))
                 rows = self._db.execute(
                     "SELECT key, text, tokens, prompt_tokens, cached_tokens, "
-                    "cache_write_tokens, output_tokens, finish_reason "
+                    "cache_write_tokens, output_tokens, finish_reason, last_used "
                     f"FROM results WHERE key IN ({marks})",
                     chunk,
                 ).fetchall()
-                for key, text, tokens, p, c, w, o, finish in rows:
-                    found[key] = Entry(text, Usage(p, c, w, o), finish, _load_tokens(tokens))
+                for key, text, tokens, p, c, w, o, finish, used in rows:
+                    found[key] = Entry(
+                        text,
+                        Usage(p, c, w, o),
+                        finish,
+                        None if tokens is None else _load_tokens(tokens),
+                        used,
+                    )
         return found
 
     def touch(self, keys: Iterable[str]) -> None:
-        """Mark ``keys`` as used now and count one hit each."""
+        """Mark ``keys`` as used now (for the least-recently-used eviction)."""
         keys = list(keys)
         if not keys:
             return
         now = self.clock()
-        with self._lock:
+        with self._db_lock:
             if self._closed:
                 return
             with self._transaction():
                 self._db.executemany(
-                    "UPDATE results SET last_used = ?, hits = hits + 1 WHERE key = ?",
-                    [(now, k) for k in keys],
+                    "UPDATE results SET last_used = ? WHERE key = ?", [(now, k) for k in keys]
+                )
+
+    def count_hits(self, backend: str, model: str, hits: int) -> None:
+        """Add ``hits`` served answers to the count of ``backend``/``model`` (``cache info``)."""
+        if hits <= 0:
+            return
+        with self._db_lock:
+            if self._closed:
+                return
+            with self._transaction():
+                self._db.execute(
+                    "INSERT INTO hits VALUES (?, ?, ?) "
+                    "ON CONFLICT (backend, model) DO UPDATE SET hits = hits + excluded.hits",
+                    (backend, model, hits),
                 )
 
     # -- writing -----------------------------------------------------------------------
 
     def put(self, key: str, backend: Backend, completion: Completion) -> None:
-        """Queue an answer for storage; commits when enough are pending (see module docs)."""
-        tokens = _dump_tokens(completion.tokens)
+        """Queue an answer for storage; the writer thread commits it shortly.
+
+        An answer that is not valid Unicode (a lone surrogate) cannot be stored
+        as text and is skipped.
+        """
+        tokens = None if completion.tokens is None else _dump_tokens(completion.tokens)
         u = completion.usage
-        size = len(completion.text.encode("utf-8", "surrogatepass")) + _ROW_OVERHEAD
-        size += len(tokens) if tokens else 0
+        text = completion.text
+        try:
+            size = len(text) if text.isascii() else len(text.encode("utf-8"))
+            if tokens is not None:
+                size += len(tokens.encode("utf-8"))
+        except UnicodeEncodeError:
+            _log.debug("result cache: answer with a lone surrogate not stored")
+            return
+        size += _ROW_OVERHEAD
         now = self.clock()
         row = (
             key,
             backend.name,
             backend.model,
-            completion.text,
+            text,
             tokens,
             u.prompt_tokens,
             u.cached_tokens,
@@ -350,53 +457,120 @@ class ResultCache:
             now,
             size,
         )
-        with self._lock:
+        with self._cond:
             if self._closed:
                 return
             self._pending.append(row)
-            if (
-                len(self._pending) >= FLUSH_EVERY
-                or time.monotonic() - self._last_flush >= FLUSH_SECONDS
-            ):
-                self._safe_flush_locked()
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_loop, name="semframe-cache-writer", daemon=True
+                )
+                self._writer.start()
+            elif not self._writing:
+                self._cond.notify()
 
-    def flush(self) -> None:
-        """Commit every pending answer now (a failed write is logged, never raised)."""
-        with self._lock:
-            if not self._closed:
-                self._safe_flush_locked()
+    @property
+    def pending(self) -> int:
+        """Answers given to :meth:`put` and not yet committed."""
+        with self._cond:
+            return len(self._pending)
 
-    def _safe_flush_locked(self) -> None:
+    def flush(self) -> bool:
+        """Commit every pending answer now; whether everything is stored.
+
+        A failed write is logged, never raised; its answers stay pending.
+        """
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            rows, self._pending = self._pending, []
+            self._writing = True
         try:
-            self._flush_locked()
+            ok = self._write(rows)
+        finally:
+            with self._cond:
+                if not ok:
+                    self._pending[:0] = rows
+                self._writing = False
+                self._cond.notify_all()
+        return ok
+
+    def _write_loop(self) -> None:
+        """The writer thread: commit whatever is pending, one transaction at a time."""
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    if self._pending and not self._writing:
+                        wait = self._retry_at - time.monotonic()
+                        if wait <= 0:
+                            break
+                        self._cond.wait(wait)
+                    else:
+                        self._cond.wait()
+                rows, self._pending = self._pending, []
+                self._writing = True
+            ok = False
+            try:
+                ok = self._write(rows)
+            finally:
+                with self._cond:
+                    if not ok:
+                        self._pending[:0] = rows
+                        self._retry_at = time.monotonic() + RETRY_SECONDS
+                    self._writing = False
+                    self._cond.notify_all()
+
+    def _write(self, rows: list[tuple[Any, ...]]) -> bool:
+        if not rows:
+            return True
+        try:
+            with self._db_lock:
+                if self._db_closed():
+                    return False
+                with self._transaction():
+                    # In key order: the B-tree is filled page by page, not at random.
+                    self._db.executemany(_INSERT, sorted(rows) if len(rows) > 1 else rows)
+                    self._db.execute(
+                        "UPDATE meta SET value = value + ? WHERE name = 'bytes'",
+                        (sum(row[-1] for row in rows),),
+                    )
+                    self._evict_locked()
         except sqlite3.Error as exc:  # disk full, locked for too long: the run goes on
             self.write_errors += 1
-            _log.warning("result cache write failed (%s): answers not stored", exc)
-
-    def _flush_locked(self) -> None:
-        self._last_flush = time.monotonic()
-        if not self._pending:
-            return
-        rows, self._pending = self._pending, []
-        with self._transaction():
-            self._db.executemany(
-                "INSERT INTO results (key, backend, model, text, tokens, prompt_tokens, "
-                "cached_tokens, cache_write_tokens, output_tokens, finish_reason, created, "
-                "last_used, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET text = excluded.text, tokens = excluded.tokens, "
-                "prompt_tokens = excluded.prompt_tokens, cached_tokens = excluded.cached_tokens, "
-                "cache_write_tokens = excluded.cache_write_tokens, "
-                "output_tokens = excluded.output_tokens, finish_reason = excluded.finish_reason, "
-                "last_used = excluded.last_used, size = excluded.size",
-                rows,
+            self.last_error = str(exc)
+            log = _log.warning if self.write_errors == 1 else _log.debug
+            log(
+                "result cache write failed (%s): %d answers kept in memory, tried again "
+                "in %g s; the run goes on",
+                exc,
+                len(rows),
+                RETRY_SECONDS,
             )
-            self._evict_locked()
+            return False
+        return True
+
+    def _db_closed(self) -> bool:
+        try:
+            self._db.total_changes  # noqa: B018 - raises on a closed connection
+        except sqlite3.ProgrammingError:
+            return True
+        return False
 
     def _evict_locked(self) -> None:
-        """Delete least recently used rows until the stored bytes fit the cap (in a transaction)."""
+        """Delete least recently used rows until the stored bytes fit the cap (in a transaction).
+
+        The ``bytes`` counter only ever over-counts (an answer that replaces
+        another adds its size without taking the old one's off), so it is
+        recounted exactly before anything is evicted.
+        """
         if self.max_bytes is None:
             return
         (total,) = self._db.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
+        if total <= self.max_bytes:
+            return
+        total = self._recount_locked()
         if total <= self.max_bytes:
             return
         excess = total - self.max_bytes * 9 // 10  # evict down to 90% so eviction is rare
@@ -408,18 +582,28 @@ class ResultCache:
             if freed >= excess:
                 break
         self._db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in doomed])
+        self._db.execute("UPDATE meta SET value = ? WHERE name = 'bytes'", (total - freed,))
+
+    def _recount_locked(self) -> int:
+        """Sum the stored sizes exactly and store the sum in ``meta``."""
+        (total,) = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM results").fetchone()
+        self._db.execute("UPDATE meta SET value = ? WHERE name = 'bytes'", (total,))
+        return int(total)
 
     # -- maintenance -------------------------------------------------------------------
 
     def info(self) -> CacheInfo:
         """Entries, sizes and per-model counts."""
-        with self._lock:
-            self._flush_locked()
+        self.flush()
+        with self._db_lock:
             (entries,) = self._db.execute("SELECT COUNT(*) FROM results").fetchone()
-            (stored,) = self._db.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
+            with self._transaction():
+                stored = self._recount_locked()
             by_model = self._db.execute(
-                "SELECT backend, model, COUNT(*), SUM(hits) FROM results "
-                "GROUP BY backend, model ORDER BY COUNT(*) DESC, backend, model"
+                "SELECT r.backend, r.model, COUNT(*), "
+                "(SELECT hits FROM hits h WHERE h.backend = r.backend AND h.model = r.model) "
+                "FROM results r GROUP BY r.backend, r.model "
+                "ORDER BY COUNT(*) DESC, r.backend, r.model"
             ).fetchall()
         file_bytes = sum(
             p.stat().st_size
@@ -436,15 +620,17 @@ class ResultCache:
 
     def clear(self, older_than_days: float | None = None) -> int:
         """Delete every entry, or those not used for ``older_than_days``; returns how many."""
-        with self._lock:
-            self._flush_locked()
+        self.flush()
+        with self._db_lock:
             with self._transaction():
                 if older_than_days is None:
                     cur = self._db.execute("DELETE FROM results")
+                    self._db.execute("DELETE FROM hits")
                 else:
                     cutoff = self.clock() - older_than_days * 86400.0
                     cur = self._db.execute("DELETE FROM results WHERE last_used < ?", (cutoff,))
                 removed = cur.rowcount
+                self._recount_locked()
             if older_than_days is None:
                 self._db.execute("VACUUM")
         return int(removed)
@@ -469,9 +655,19 @@ class _Transaction:
         tb: TracebackType | None,
     ) -> None:
         if exc_type is None:
-            self.db.execute("COMMIT")
+            try:
+                self.db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
         else:
-            self.db.execute("ROLLBACK")
+            self._rollback()
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (SQLITE_FULL does): nothing left to undo.
+        if self.db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
 
 
 def _split_script(script: str) -> list[str]:

@@ -591,6 +591,62 @@ def _tag_relquery(plan: Plan) -> Plan:
     return dataclasses.replace(plan, requests=requests)
 
 
+def serve_from_cache(
+    plan: Plan,
+    backend: Backend,
+    cache: ResultCache,
+    outcomes: list[Outcome | None],
+    totals: _Totals,
+) -> Callable[[Request, Completion], None]:
+    """Fill ``outcomes`` (plan order) from ``cache``; returns the hook that stores new answers.
+
+    A stored answer that does not parse (the parser changed, say) is not
+    served: its request is sent again and the new answer replaces it. Served
+    rows count in ``totals.cache_hits`` and ``totals.saved``.
+    """
+    from semframe.cache import TOUCH_SECONDS, cacheable, request_keys
+
+    parse = plan.relquery.output.parse
+    wanted = [r for r in plan.requests if cacheable(r)]
+    keys = dict(zip((r.id for r in wanted), request_keys(backend, wanted), strict=True))
+    try:
+        found = cache.get_many(list(dict.fromkeys(keys.values())))
+    except sqlite3.Error:  # an unreadable cache never stops a run
+        found = {}
+    served = 0
+    stale: list[str] = []
+    saved = [0, 0, 0, 0]
+    if found:
+        stale_before = cache.clock() - TOUCH_SECONDS
+        for r in plan.requests:
+            key = keys.get(r.id)
+            entry = found.get(key) if key is not None else None
+            if key is None or entry is None:
+                continue
+            try:
+                value = parse(entry.text)
+            except ParseError:
+                continue
+            outcomes[r.id] = Outcome(value, entry.text, None, None, 0, entry.tokens)
+            served += 1
+            if entry.last_used < stale_before:
+                stale.append(key)
+            for i, tokens in enumerate(entry.usage):
+                saved[i] += tokens
+    totals.cache_hits = totals.done = served
+    totals.saved = Usage(*saved)
+    with contextlib.suppress(sqlite3.Error):
+        cache.touch(dict.fromkeys(stale))
+        cache.count_hits(backend.name, backend.model, served)
+
+    def keep(request: Request, completion: Completion) -> None:
+        key = keys.get(request.id)
+        if key is not None:
+            cache.put(key, backend, completion)
+
+    return keep
+
+
 def _serve_cached(
     plan: Plan,
     backend: Backend,
@@ -598,45 +654,9 @@ def _serve_cached(
     outcomes: list[Outcome | None],
     totals: _Totals,
 ) -> tuple[Plan, Callable[[Request, Completion], None]]:
-    """Fill ``outcomes`` from ``cache``; the plan of what is left to send, and the store hook.
-
-    A stored answer that does not parse (the parser changed, say) is not
-    served: its request is sent again and the new answer replaces it.
-    """
-    from semframe.cache import cacheable, request_key
-
-    parse = plan.relquery.output.parse
-    keys = {r.id: request_key(backend, r) for r in plan.requests if cacheable(r)}
-    try:
-        found = cache.get_many(list(dict.fromkeys(keys.values())))
-    except sqlite3.Error:  # an unreadable cache never stops a run
-        found = {}
-    served: list[str] = []
-    saved = [0, 0, 0, 0]
-    for r in plan.requests:
-        key = keys.get(r.id)
-        entry = found.get(key) if key is not None else None
-        if key is None or entry is None:
-            continue
-        try:
-            value = parse(entry.text)
-        except ParseError:
-            continue
-        outcomes[r.id] = Outcome(value, entry.text, None, None, 0, entry.tokens)
-        served.append(key)
-        for i, tokens in enumerate(entry.usage):
-            saved[i] += tokens
-    totals.cache_hits = totals.done = len(served)
-    totals.saved = Usage(*saved)
-    with contextlib.suppress(sqlite3.Error):
-        cache.touch(served)
-
-    def keep(request: Request, completion: Completion) -> None:
-        key = keys.get(request.id)
-        if key is not None:
-            cache.put(key, backend, completion)
-
-    if not served:
+    """:func:`serve_from_cache`, and the plan of what is left to send."""
+    keep = serve_from_cache(plan, backend, cache, outcomes, totals)
+    if not totals.cache_hits:
         return plan, keep
     remaining = tuple(r for r in plan.requests if outcomes[r.id] is None)
     groups: list[PrefixGroup] = []
