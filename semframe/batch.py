@@ -12,6 +12,13 @@ is written to a state file named by a digest of the backend, model and every
 request; if the process dies while waiting, running the same call again finds
 the file and waits for the same batches instead of paying twice. The file is
 deleted once every row has an outcome.
+
+With a result cache (:mod:`semframe.cache`, on by default), rows whose answers
+are stored are not sent at all, and each batch's parsed answers are stored as
+soon as its results are fetched, like the answers of a live run: a batch run
+and a live run of the same call serve each other. A resumed run fetches the
+results of batches recorded in the state file again (fetching is free) but
+keeps the cached answer of any row that already has one.
 """
 
 from __future__ import annotations
@@ -22,15 +29,25 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from semframe.backends._api import BatchResult, BatchStatus
 from semframe.backends.base import Backend, Completion, Request
 from semframe.errors import ConfigError, RequestRejected, TransientError
-from semframe.execute import Outcome, RunStats, _record_run, _stats, _Totals
+from semframe.execute import (
+    Outcome,
+    RunStats,
+    _record_run,
+    _stats,
+    _Totals,
+    serve_from_cache,
+)
 from semframe.parse import ParseError
 from semframe.plan import Plan
 from semframe.progress import Progress
+
+if TYPE_CHECKING:
+    from semframe.cache import ResultCache
 
 
 class BatchBackend(Backend, Protocol):
@@ -88,6 +105,7 @@ def run_batch(
     progress: str = "auto",
     sleep: Callable[[float], None] = time.sleep,
     prices: Mapping[str, Mapping[str, Any]] | None = None,
+    cache: ResultCache | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Run ``plan`` through ``backend``'s batch API; outcomes in plan order.
 
@@ -109,6 +127,9 @@ def run_batch(
         Waits between polls (tests pass a fake clock).
     prices : mapping, optional
         Price overrides for the run's dollar figure.
+    cache : ResultCache, optional
+        The result cache: stored answers are served without being sent, new
+        ones are stored as each batch's results arrive. The caller closes it.
     """
     if not all(hasattr(backend, a) for a in ("batch_submit", "batch_status", "batch_results")):
         msg = (
@@ -128,10 +149,15 @@ def run_batch(
     parse_left = [parse_retries] * n
     raw: list[str | None] = [None] * n
     totals = _Totals()
+    keep = None
+    if cache is not None:
+        keep = serve_from_cache(plan, backend, cache, outcomes, totals)
     bar = Progress(n, f"{plan.relquery.op} on {backend.name} (batch)", mode=progress)
 
     def fold(results: dict[int, BatchResult], sent: Sequence[int]) -> None:
         for rid in sent:
+            if outcomes[rid] is not None:  # a recorded batch re-fetched on resume: row was cached
+                continue
             attempts[rid] += 1
             result = results.get(rid)
             if result is None:
@@ -143,6 +169,8 @@ def run_batch(
                     outcomes[rid] = Outcome(
                         parse(result.text), result.text, None, None, attempts[rid]
                     )
+                    if keep is not None:
+                        keep(plan.requests[rid], result)
                 except ParseError as exc:
                     if parse_left[rid] <= 0:
                         outcomes[rid] = Outcome(None, result.text, "parse", str(exc), attempts[rid])
@@ -156,6 +184,8 @@ def run_batch(
             else:
                 transient_left[rid] -= 1
                 totals.retries += 1
+        if cache is not None:
+            cache.flush()  # this batch's answers are stored before anything else happens
         done = sum(o is not None for o in outcomes)
         totals.done = done
         totals.errors = sum(1 for o in outcomes if o is not None and not o.ok)

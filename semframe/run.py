@@ -75,25 +75,26 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
     cfg = call.settings
     backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
     check_context(call, backend)
-    if cfg["batch"]:
-        from semframe.batch import run_batch
+    cache = (
+        open_cache(cache_dir(cfg["cache_dir"]), max_mib=cfg["cache_max_mib"])
+        if cfg["cache"]
+        else None
+    )
+    try:
+        if cfg["batch"]:
+            from semframe.batch import run_batch
 
-        outcomes, stats = run_batch(
-            call.plan,
-            backend,
-            directory=cache_dir(cfg["cache_dir"]),
-            poll_seconds=cfg["batch_poll_seconds"],
-            max_retries=cfg["max_retries"],
-            progress=cfg["progress"],
-            prices=cfg["prices"],
-        )
-    else:
-        cache = (
-            open_cache(cache_dir(cfg["cache_dir"]), max_mib=cfg["cache_max_mib"])
-            if cfg["cache"]
-            else None
-        )
-        try:
+            outcomes, stats = run_batch(
+                call.plan,
+                backend,
+                directory=cache_dir(cfg["cache_dir"]),
+                poll_seconds=cfg["batch_poll_seconds"],
+                max_retries=cfg["max_retries"],
+                progress=cfg["progress"],
+                prices=cfg["prices"],
+                cache=cache,
+            )
+        else:
             outcomes, stats = execute(
                 call.plan,
                 backend,
@@ -107,7 +108,7 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
                 prices=cfg["prices"],
                 cache=cache,
             )
-        finally:
-            if cache is not None:
-                cache.close()
+    finally:
+        if cache is not None:
+            cache.close()
     return call.plan.restore(outcomes), stats

@@ -307,3 +307,112 @@ def test_cache_doc_examples_run() -> None:
     result = doctest.testfile(str(doc), module_relative=False)
     assert result.attempted >= 5
     assert result.failed == 0
+
+
+# -- batch mode ----------------------------------------------------------------------
+
+
+def _batch_map(df: pd.DataFrame, url: str, **options: object) -> pd.DataFrame:
+    return df.llm.map(
+        "Summarize {review} of {movie}",
+        backend="openai",
+        base_url=url,
+        batch=True,
+        batch_poll_seconds=0.01,
+        **options,
+    )
+
+
+def test_batch_runs_read_and_write_the_cache(emu: ProviderEmulator) -> None:
+    df = _frame(10)
+    _batch_map(df.iloc[:4], emu.openai_url)
+    assert sum(e.batch for e in emu.ledger.entries()) == 4
+    out = _batch_map(df, emu.openai_url)
+    assert sum(e.batch for e in emu.ledger.entries()) == 4 + 6, "only the 6 new rows were sent"
+    stats = semframe.last_run()
+    assert stats is not None and stats.batch
+    assert (stats.cache_hits, stats.requests) == (4, 6)
+    assert stats.cache_saved_dollars is not None and stats.cache_saved_dollars > 0
+    # a live run of the same call is served by the batch's answers, and the other way round
+    before = emu.ledger.totals().requests
+    live = df.llm.map("Summarize {review} of {movie}", backend="openai", base_url=emu.openai_url)
+    assert emu.ledger.totals().requests == before
+    pd.testing.assert_frame_equal(live, out)
+    again = _batch_map(df, emu.openai_url)
+    assert emu.ledger.totals().requests == before, "no batch submitted when all rows are cached"
+    pd.testing.assert_frame_equal(again, out)
+    assert not list((Path(semframe.config()["cache_dir"]) / "batches").glob("*.json"))
+
+
+def test_batch_cache_false_sends_everything(emu: ProviderEmulator) -> None:
+    df = _frame(3)
+    _batch_map(df, emu.openai_url)
+    _batch_map(df, emu.openai_url, cache=False)
+    assert sum(e.batch for e in emu.ledger.entries()) == 6
+
+
+def test_batch_resume_keeps_cached_rows_and_waits_for_recorded_batches(tmp_path: Path) -> None:
+    from semframe.backends._api import BatchResult, BatchStatus
+    from semframe.backends.base import Capabilities
+    from semframe.batch import run_batch
+    from semframe.errors import TransientError
+    from semframe.ops import compile_call
+
+    class Batches:
+        name, model, batch_limit = "openai", "gpt-4o-mini", 100
+        capabilities = Capabilities(prefix_cache="shared", max_concurrency=4)
+
+        def __init__(self) -> None:
+            self.submitted: list[list[int]] = []
+            self.fail_once = {1, 4}
+            self.ready = True
+            self.results: dict[str, dict[int, BatchResult]] = {}
+
+        def batch_submit(self, requests: list[Request]) -> str:
+            self.submitted.append([r.id for r in requests])
+            return f"b{len(self.submitted) - 1}"
+
+        def batch_status(self, batch_id: str) -> BatchStatus:
+            done = batch_id == "b0" or self.ready
+            return BatchStatus(batch_id, "ended" if done else "in_progress", done)
+
+        def batch_results(self, batch_id: str) -> dict[int, BatchResult]:
+            if batch_id in self.results:  # fetched again: the same results
+                return self.results[batch_id]
+            out: dict[int, BatchResult] = {}
+            self.results[batch_id] = out
+            for rid in self.submitted[int(batch_id[1:])]:
+                if rid in self.fail_once:
+                    self.fail_once.discard(rid)
+                    out[rid] = TransientError("HTTP 500")
+                else:
+                    out[rid] = Completion(rid, f"answer {rid}", Usage(50, 0, 0, 3))
+            return out
+
+        def count_tokens(self, texts: list[str]) -> list[int]:
+            return [1 for _ in texts]
+
+    plan = compile_call(_frame(6), "Summarize {review}", op="map", backend="fake").plan
+    backend = Batches()
+    backend.ready = False  # the retry round never ends: the process "dies" waiting for it
+
+    class Died(Exception):
+        pass
+
+    def die(_: float) -> None:
+        raise Died
+
+    with ResultCache(tmp_path / FILENAME) as cache, pytest.raises(Died):
+        run_batch(plan, backend, directory=tmp_path, progress="off", sleep=die, cache=cache)
+    assert backend.submitted == [list(range(6)), [1, 4]]
+    with ResultCache(tmp_path / FILENAME) as cache:
+        assert len(cache.get_many([request_key(backend, r) for r in plan.requests])) == 4
+    backend.ready = True
+    with ResultCache(tmp_path / FILENAME) as cache:
+        outcomes, stats = run_batch(
+            plan, backend, directory=tmp_path, progress="off", sleep=die, cache=cache
+        )
+    assert backend.submitted == [list(range(6)), [1, 4]], "nothing submitted again"
+    assert [o.raw for o in outcomes] == [f"answer {i}" for i in range(6)]
+    # rows 1 and 4: their failed attempt of the first round (replayed) and their answer
+    assert (stats.cache_hits, stats.requests, stats.retries, stats.prompt_tokens) == (4, 4, 2, 100)
