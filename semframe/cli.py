@@ -1,4 +1,8 @@
-"""The ``semframe`` command: ``semframe cache info`` and ``semframe cache clear``.
+"""The ``semframe`` command: ``cache info|clear``, ``serve`` and ``vllm-model``.
+
+``semframe serve`` starts a vLLM OpenAI-compatible server with our scheduler
+(:mod:`semframe.vllm.serve`); ``semframe vllm-model NAME`` converts a known
+model for vLLM ahead of time and prints its directory.
 
 The cache folder is the ``cache_dir`` setting (``SEMFRAME_CACHE_DIR``, a
 ``semframe.toml``), or ``--cache-dir``. Nothing is created by ``info``.
@@ -47,6 +51,38 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="DAYS",
                 help="only answers not used for DAYS days",
             )
+    serve = commands.add_parser(
+        "serve",
+        help="a vLLM OpenAI-compatible server with semframe's scheduler",
+        description="Start a vLLM OpenAI-compatible server whose scheduler is semframe's "
+        "(clients: backend='vllm', base_url='http://HOST:PORT/v1', model=NAME).",
+    )
+    serve.add_argument("--model", default="smollm2-135m", help="known name or HF directory")
+    serve.add_argument("--served-name", help="model name clients send (default: --model)")
+    serve.add_argument(
+        "--scheduler",
+        default="relserve",
+        choices=("relserve", "k-lpm", "lpm", "static", "fcfs"),
+        help="admission policy (default: relserve)",
+    )
+    serve.add_argument("--k", type=int, help="k of k-LPM (default 2)")
+    serve.add_argument("--cost", metavar="JSON", help="calibrated cost model (RelServe)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--kv-cache-gib", type=float, help="KV cache size in GiB")
+    serve.add_argument("--max-model-len", type=int, help="context length")
+    serve.add_argument("--trace", metavar="FILE", help="scheduler trace, one JSON line per step")
+    serve.add_argument(
+        "--vllm-arg",
+        action="append",
+        metavar="ARG",
+        help="extra vLLM server argument, repeatable (--vllm-arg=--max-num-seqs=64)",
+    )
+    convert = commands.add_parser(
+        "vllm-model",
+        help="convert a known model for vLLM once and print its directory",
+    )
+    convert.add_argument("name", help="known model name (smollm2-135m)")
     return parser
 
 
@@ -59,6 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         Arguments without the program name (default: ``sys.argv[1:]``).
     """
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        from semframe.vllm.serve import serve
+
+        return serve(args)
+    if args.command == "vllm-model":
+        from semframe.vllm.convert import model_dir
+
+        print(model_dir(args.name))
+        return 0
     folder = args.cache_dir
     if folder is None:
         from semframe.config import config

@@ -117,6 +117,15 @@ def _prices(value: object) -> dict[str, dict[str, Any]] | None:
     return table
 
 
+def _engine_args(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        msg = f"expected a dict of vLLM engine arguments, got {type(value).__name__}"
+        raise TypeError(msg)
+    return dict(value)
+
+
 def _reorder_method(value: object) -> str:
     from semframe.reorder import METHODS
 
@@ -137,7 +146,10 @@ SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
         Setting(
-            "backend", _opt_str, "local", "Backend name: 'local', 'openai', 'anthropic', 'fake'."
+            "backend",
+            _opt_str,
+            "local",
+            "Backend name: 'local', 'openai', 'anthropic', 'vllm', 'fake'.",
         ),
         Setting(
             "model",
@@ -249,6 +261,19 @@ SETTINGS: dict[str, Setting] = {
             _choice("auto", "on", "off"),
             "auto",
             "Progress bar: 'auto' (on a terminal, after a moment), 'on', 'off'.",
+        ),
+        Setting(
+            "vllm_scheduler",
+            _choice("relserve", "k-lpm", "lpm", "static", "fcfs", "sarathi", "infermax"),
+            "relserve",
+            "Policy of our scheduler inside vLLM (backend 'vllm', in process).",
+        ),
+        Setting(
+            "vllm_args",
+            _engine_args,
+            None,
+            "Engine arguments for backend 'vllm' in process (a dict of vLLM "
+            "AsyncEngineArgs fields, e.g. {'max_model_len': 2048}). None: defaults.",
         ),
         Setting(
             "local_parallel",

@@ -29,6 +29,7 @@ BACKENDS: dict[str, str] = {
     "local": "semframe.backends.local:create",
     "openai": "semframe.backends.openai:create",
     "anthropic": "semframe.backends.anthropic:create",
+    "vllm": "semframe.backends.vllm:create",
     "fake": "semframe.backends.fake:create",
 }
 """Backend name -> ``"module:factory"``; the factory takes ``(model, settings)``."""
