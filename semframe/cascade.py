@@ -847,9 +847,9 @@ def check_stages(plan: CascadePlan, compiled: Sequence[Any]) -> None:
         if cfg["batch"]:
             msg = f"cascade stage {i} ({stage.name}): batch=True is not supported in a cascade."
             raise InputError(msg)
+        backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
         if i == len(plan.stages) - 1 or stage.samples > 1:
             continue
-        backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
         if not backend.capabilities.logprobs:
             msg = (
                 f"cascade stage {i} ({stage.name}) must report a confidence, but backend "
