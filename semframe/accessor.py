@@ -33,6 +33,10 @@ class LLMAccessor:
     estimate is over it and to stop the run cleanly when the spend reaches it,
     and ``probe=N`` to send ``N`` sample rows first so the estimate's output
     tokens are measured rather than the ``max_tokens`` bound.
+
+    ``filter``, ``classify`` and ``extract`` also take ``cascade=`` (a list of
+    models, small first) with ``thresholds=``: rows the first model is unsure
+    about go to the next (see :mod:`semframe.cascade`).
     """
 
     def __init__(self, frame: Any) -> None:
