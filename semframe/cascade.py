@@ -28,6 +28,7 @@ stated confidence, then checked on held-out rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import random
@@ -383,6 +384,7 @@ def _log_binom_sf(k: int, n: int, p: float) -> float:
     return top + math.log(sum(math.exp(t - top) for t in terms))
 
 
+@functools.lru_cache(maxsize=65536)
 def clopper_pearson_lower(successes: int, trials: int, level: float = 0.95) -> float:
     """One-sided Clopper-Pearson lower bound on a binomial proportion.
 
@@ -525,13 +527,15 @@ def choose_thresholds(
     if n_stages == 2:
         lvl = level
         method = "fixed-sequence test from the strictest threshold"
-        distinct = sorted({c for c in confidences[0] if c is not None}, reverse=True)
-        best: tuple[float, ...] | None = None
-        for t in [math.inf, *distinct]:
-            value, lower, _, _ = result((t,))
-            if lower < target:
-                break
-            best = (t,)
+        best = _fixed_sequence(
+            predictions,
+            confidences[0],
+            labels,
+            target=target,
+            metric=metric,
+            level=lvl,
+            positive=positive,
+        )
     else:
         candidates = []
         for s in range(n_stages - 1):
@@ -561,6 +565,62 @@ def choose_thresholds(
         answered=shares,
         method=method,
     )
+
+
+def _fixed_sequence(
+    predictions: Sequence[Sequence[object]],
+    confidences: Sequence[float | None],
+    labels: Sequence[object],
+    *,
+    target: float,
+    metric: Metric,
+    level: float,
+    positive: object,
+) -> tuple[float, ...] | None:
+    """Two stages: the loosest threshold passing a fixed-sequence test, or None.
+
+    Lowering the threshold hands rows from the last stage to the first one in
+    order of falling confidence, so the counts are updated row by row.
+    """
+    pos = _normal(positive)
+    ys = [_normal(y) for y in labels]
+    first = [_normal(p) for p in predictions[0]]
+    cur = [_normal(p) for p in predictions[1]]
+    correct = sum(c == y for c, y in zip(cur, ys, strict=True))
+    tp = sum(c == pos and y == pos for c, y in zip(cur, ys, strict=True))
+    pred_pos = sum(c == pos for c in cur)
+    label_pos = sum(y == pos for y in ys)
+
+    def passes() -> bool:
+        k, m = {
+            "accuracy": (correct, len(ys)),
+            "precision": (tp, pred_pos),
+            "recall": (tp, label_pos),
+        }[metric]
+        return clopper_pearson_lower(k, m, level) >= target
+
+    if not passes():
+        return None
+    best: tuple[float, ...] = (math.inf,)
+    order = sorted(
+        (i for i, c in enumerate(confidences) if c is not None),
+        key=lambda i: -cast("float", confidences[i]),
+    )
+    at = 0
+    while at < len(order):
+        t = cast("float", confidences[order[at]])
+        while at < len(order) and confidences[order[at]] == t:
+            i = order[at]
+            old, new, y = cur[i], first[i], ys[i]
+            correct += (new == y) - (old == y)
+            tp += (new == pos and y == pos) - (old == pos and y == pos)
+            pred_pos += (new == pos) - (old == pos)
+            cur[i] = new
+            at += 1
+        if not passes():
+            break
+        best = (t,)
+    return best
 
 
 def _quantiles(grid: int) -> list[float]:
@@ -1257,7 +1317,7 @@ def calibrate(
         if labels not in adapter.columns(eager):
             msg = f"labels={labels!r} is not a column; columns: {adapter.columns(eager)}."
             raise InputError(msg)
-        labels = list(adapter.to_table(eager, [labels]).cells[labels])
+        labels = list(eager[labels])  # pandas and Polars columns alike: raw values
     if labels is not None and len(labels) != len(adapter.labels(eager)):
         msg = f"labels has {len(labels)} values for {n} rows; give one per row."
         raise InputError(msg)

@@ -401,3 +401,25 @@ def test_load_policy_picks_cheaper_cascades_at_high_rates() -> None:
     assert adaptive.accuracy > fixed_small.accuracy
     with pytest.raises(InputError):
         gear_plan([], max_rate=1.0)
+
+
+def test_calibrate_with_a_label_column_on_polars(pair: tuple[FakeBackend, FakeBackend]) -> None:
+    small, large = pair
+    small.set_logprobs(_conf_logprobs({"ok": 0.6}))
+    small.responder = lambda r: '{"answer": "no"}' if "ok" in r.prompt else '{"answer": "yes"}'
+    large.responder = lambda r: '{"answer": "yes"}'
+    reviews = [f"great {i}" for i in range(100)] + [f"ok {i}" for i in range(60)]
+    df = pl.DataFrame({"review": reviews, "liked": [True] * 160})
+    plan = calibrate(
+        df,
+        "Is {review} positive?",
+        op="filter",
+        cascade=["small", "large"],
+        labels="liked",
+        target_accuracy=0.9,
+    )
+    cal = plan.calibration
+    assert cal is not None and cal.feasible and cal.met
+    assert plan.thresholds == (0.99,)
+    assert cal.n_calibration + cal.n_heldout == 160
+    assert 0.2 < cal.escalated < 0.55
