@@ -249,6 +249,7 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     """
     ordering.validate(rq.table.n_rows, rq.fields)
     instructions = render_instructions(rq)
+    _check_sendable(rq, instructions)
     head = instructions + "\n\n"
     cells = rq.table.cells
     # Labeled segments, rendered column by column once.
@@ -304,6 +305,39 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     bounds = zip(starts, [*starts[1:], len(requests)], strict=False)
     groups = [PrefixGroup(a, b) for a, b in bounds]
     return Plan(rq, ordering, reorder, instructions, tuple(requests), tuple(groups), tuple(shared))
+
+
+def _check_sendable(rq: RelQuery, instructions: str) -> None:
+    """Fail before sending when some text is not valid Unicode (a lone surrogate).
+
+    Requests travel as UTF-8, which cannot carry a lone surrogate (text decoded
+    with ``errors="surrogateescape"`` holds them, for instance).
+    """
+    hint = ".str.encode('utf-8', 'replace').str.decode('utf-8')"
+    for name in rq.fields:
+        cells = rq.table.cells[name]
+        try:
+            "".join(cells).encode("utf-8")
+        except UnicodeEncodeError:
+            for row, text in enumerate(cells):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    msg = (
+                        f"column {name!r}, row {row}: the text holds {text[exc.start]!r} at "
+                        f"position {exc.start}, a lone surrogate, which is not valid Unicode "
+                        f"and cannot be sent (requests are UTF-8). Replace it first, e.g. "
+                        f"df[{name!r}] = df[{name!r}]{hint}"
+                    )
+                    raise InputError(msg) from None
+    try:
+        instructions.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        msg = (
+            f"the template or its examples hold {instructions[exc.start]!r}, a lone surrogate, "
+            "which is not valid Unicode and cannot be sent (requests are UTF-8); remove it."
+        )
+        raise InputError(msg) from None
 
 
 def _prefix_levels(

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from semframe.errors import ColumnError, TemplateError, did_you_mean
 
+_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines splits on
+
 
 @dataclass(frozen=True, slots=True)
 class Placeholder:
@@ -103,8 +105,8 @@ def parse_template(text: object, *, require_fields: bool = True) -> Template:
     Raises
     ------
     TemplateError
-        Empty template, unbalanced or nested braces, empty ``{}``, or no
-        placeholders when ``require_fields``.
+        Empty template, unbalanced or nested braces, empty ``{}``, a line break
+        inside ``{...}``, or no placeholders when ``require_fields``.
 
     Examples
     --------
@@ -144,6 +146,13 @@ def parse_template(text: object, *, require_fields: bool = True) -> Template:
                 )
                 raise TemplateError(msg)
             name = text[i + 1 : close]
+            if len(name.splitlines()) > 1 or name.endswith(tuple(_BREAKS)):
+                msg = (
+                    f"the placeholder at position {i} in template {short!r} names {name!r}, "
+                    "which has a line break; a field label must be one line: rename the "
+                    "column (df.rename(columns=...)) and name it on one line."
+                )
+                raise TemplateError(msg)
             if not name.strip():
                 msg = (
                     f"empty placeholder '{{}}' at position {i} in template {short!r}; "

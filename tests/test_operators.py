@@ -12,6 +12,7 @@ import semframe
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
 from semframe.errors import RowErrors
+from semframe.table import fence, unfence
 from tests.conftest import prompt_fields
 
 REORDERS = ["none", "stats", "ggr"]
@@ -91,7 +92,9 @@ def test_only_named_fields_are_sent_unaltered(fake: FakeBackend) -> None:
     for request, (_, row) in zip(fake.history, df.iterrows(), strict=True):
         assert "do not send" not in request.prompt and "nor this" not in request.prompt
         body = request.prompt.split("\n\n", 1)[1]
-        assert body == f"title: {row['title']}\nyear: {row['year']}\n"
+        # a multi-line value is fenced (continuation lines indented), its text unaltered
+        assert body == f"title: {fence(row['title'])}\nyear: {row['year']}\n"
+        assert unfence(body.split("\nyear: ")[0][len("title: ") :]) == row["title"]
         assert request.prompt.startswith("About [title] from [year]")
 
 
