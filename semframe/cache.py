@@ -371,27 +371,32 @@ class ResultCache:
         Hits are not counted: call :meth:`count_hits` (and :meth:`touch`) for
         the entries actually served.
         """
-        found: dict[str, Entry] = {}
+        return {
+            key: Entry(text, Usage(p, c, w, o), finish, load_tokens(tokens), used)
+            for key, (text, tokens, p, c, w, o, finish, used) in self.rows(keys).items()
+        }
+
+    def rows(self, keys: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+        """:meth:`get_many` as plain rows, for speed.
+
+        Each is ``key -> (text, tokens as JSON or None, prompt, cached,
+        cache-write and output tokens, finish reason, last used)``.
+        """
+        found: dict[str, tuple[Any, ...]] = {}
         with self._db_lock:
             if self._closed:
                 return found
             for lo in range(0, len(keys), 500):
                 chunk = list(keys[lo : lo + 500])
                 marks = ",".join("?" * len(chunk))
-                rows = self._db.execute(
+                cursor = self._db.execute(
                     "SELECT key, text, tokens, prompt_tokens, cached_tokens, "
                     "cache_write_tokens, output_tokens, finish_reason, last_used "
                     f"FROM results WHERE key IN ({marks})",
                     chunk,
-                ).fetchall()
-                for key, text, tokens, p, c, w, o, finish, used in rows:
-                    found[key] = Entry(
-                        text,
-                        Usage(p, c, w, o),
-                        finish,
-                        None if tokens is None else _load_tokens(tokens),
-                        used,
-                    )
+                )
+                for row in cursor:
+                    found[row[0]] = row[1:]
         return found
 
     def touch(self, keys: Iterable[str]) -> None:
@@ -693,7 +698,8 @@ def _dump_tokens(tokens: Sequence[TokenLogprob] | None) -> str | None:
     )
 
 
-def _load_tokens(text: str | None) -> tuple[TokenLogprob, ...] | None:
+def load_tokens(text: str | None) -> tuple[TokenLogprob, ...] | None:
+    """Token logprobs stored as JSON (``None`` stays ``None``)."""
     if text is None:
         return None
     return tuple(

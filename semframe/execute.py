@@ -604,37 +604,37 @@ def serve_from_cache(
     served: its request is sent again and the new answer replaces it. Served
     rows count in ``totals.cache_hits`` and ``totals.saved``.
     """
-    from semframe.cache import TOUCH_SECONDS, cacheable, request_keys
+    from semframe.cache import TOUCH_SECONDS, cacheable, load_tokens, request_keys
 
     parse = plan.relquery.output.parse
     wanted = [r for r in plan.requests if cacheable(r)]
     keys = dict(zip((r.id for r in wanted), request_keys(backend, wanted), strict=True))
     try:
-        found = cache.get_many(list(dict.fromkeys(keys.values())))
+        found = cache.rows(list(dict.fromkeys(keys.values())))
     except sqlite3.Error:  # an unreadable cache never stops a run
         found = {}
     served = 0
     stale: list[str] = []
-    saved = [0, 0, 0, 0]
+    p = c = w = o = 0
     if found:
         stale_before = cache.clock() - TOUCH_SECONDS
         for r in plan.requests:
             key = keys.get(r.id)
-            entry = found.get(key) if key is not None else None
-            if key is None or entry is None:
+            row = found.get(key) if key is not None else None
+            if key is None or row is None:
                 continue
+            text, tokens, prompt, cached, written, output, _, used = row
             try:
-                value = parse(entry.text)
+                value = parse(text)
             except ParseError:
                 continue
-            outcomes[r.id] = Outcome(value, entry.text, None, None, 0, entry.tokens)
+            outcomes[r.id] = Outcome(value, text, None, None, 0, load_tokens(tokens))
             served += 1
-            if entry.last_used < stale_before:
+            if used < stale_before:
                 stale.append(key)
-            for i, tokens in enumerate(entry.usage):
-                saved[i] += tokens
+            p, c, w, o = p + prompt, c + cached, w + written, o + output
     totals.cache_hits = totals.done = served
-    totals.saved = Usage(*saved)
+    totals.saved = Usage(p, c, w, o)
     with contextlib.suppress(sqlite3.Error):
         cache.touch(dict.fromkeys(stale))
         cache.count_hits(backend.name, backend.model, served)

@@ -1,0 +1,114 @@
+"""What the result cache costs: a cold run with the cache against one without, and a re-run.
+
+The workload of ``benchmarks/overhead.py`` (N rows x 8 columns, ``df.llm.map``
+on the ``fake`` backend, whose answers take microseconds) is run three ways in
+one process, each timed end to end (compile, execute, restore):
+
+- ``no cache``: ``cache=False``;
+- ``cold``: the cache on, in an empty cache folder: every request is looked up,
+  sent, and its answer stored (the run waits for the last commit);
+- ``re-run``: the same call again: every row comes from the cache, nothing is
+  sent.
+
+Each is repeated and the medians are reported. Prints a table and writes
+``benchmarks/results/cache.json``.
+
+    python benchmarks/cache.py                    # 100,000 rows, 3 repeats
+    python benchmarks/cache.py --rows 20000 --repeat 5
+
+Targets (issue 10): the re-run under 3 s at 100,000 rows; the cold run's
+overhead under 5% of the fake backend's run without the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import semframe
+from semframe.backends import register_backend
+from semframe.backends.fake import FakeBackend
+
+sys.path.insert(0, str(Path(__file__).parent))
+from overhead import TEMPLATE, make_frame
+
+
+def run(df: object, folder: Path, *, cache: bool, reorder: str) -> tuple[float, int, int]:
+    """Seconds for one ``map`` call; requests the backend received; rows from the cache."""
+    backend = FakeBackend(lambda request: "ok")
+    register_backend("fake", lambda model, settings: backend)
+    start = time.perf_counter()
+    with semframe.using(cache_dir=str(folder), progress="off"):
+        out = df.llm.map(TEMPLATE, backend="fake", cache=cache, reorder=reorder, out="label")  # type: ignore[attr-defined]
+    seconds = time.perf_counter() - start
+    assert len(out) == len(df)  # type: ignore[arg-type]
+    stats = semframe.last_run()
+    assert stats is not None
+    return seconds, len(backend.history), stats.cache_hits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--reorder", default="ggr")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cache.json"))
+    args = parser.parse_args()
+
+    df = make_frame(args.rows)
+    times: dict[str, list[float]] = {"no cache": [], "cold": [], "re-run": []}
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            seconds, sent, _ = run(df, folder, cache=False, reorder=args.reorder)
+            assert sent == args.rows
+            times["no cache"].append(seconds)
+            seconds, sent, hits = run(df, folder, cache=True, reorder=args.reorder)
+            assert (sent, hits) == (args.rows, 0)
+            times["cold"].append(seconds)
+            seconds, sent, hits = run(df, folder, cache=True, reorder=args.reorder)
+            assert (sent, hits) == (0, args.rows), "the re-run sends nothing"
+            times["re-run"].append(seconds)
+            file_mib = sum(p.stat().st_size for p in folder.glob("results.sqlite*")) / 2**20
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    overhead = med["cold"] - med["no cache"]
+    share = overhead / med["no cache"]
+    print(f"{args.rows:,} rows x 8 columns, map on the fake backend, reorder={args.reorder}, "
+          f"medians of {args.repeat}")  # fmt: skip
+    print(f"{'run':<10} {'median s':>9} {'runs s':>24}")
+    for name, values in times.items():
+        print(f"{name:<10} {med[name]:>9.3f} {', '.join(f'{v:.2f}' for v in values):>24}")
+    print(
+        f"cold-run overhead: {overhead:.3f} s = {share:.1%} of the run without the cache "
+        f"({overhead / args.rows * 1e6:.1f} µs a row; target < 5%)"
+    )
+    print(f"re-run: {med['re-run']:.3f} s (target < 3 s); cache file {file_mib:.1f} MiB")
+
+    result = {
+        "semframe": semframe.__version__,
+        "rows": args.rows,
+        "columns": 8,
+        "reorder": args.reorder,
+        "repeat": args.repeat,
+        "seconds": times,
+        "median_s": med,
+        "cold_overhead_s": overhead,
+        "cold_overhead_share": share,
+        "cold_overhead_us_per_row": overhead / args.rows * 1e6,
+        "rerun_s": med["re-run"],
+        "cache_file_mib": file_mib,
+        "targets": {"rerun_s": 3.0, "cold_overhead_share": 0.05},
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
