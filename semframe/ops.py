@@ -528,7 +528,7 @@ def _extract(frame: Any, call: Call, fields: Any) -> Any:
 
 TOP_LOGPROBS = 5
 """Top alternatives per token asked for when ``classify(confidence=True)``."""
-LOGPROB_BACKENDS = ("openai", "local", "fake (after FakeBackend.set_logprobs)")
+LOGPROB_BACKENDS = ("openai", "local", "vllm", "fake (after FakeBackend.set_logprobs)")
 """Backends that can report token logprobs, as error messages name them."""
 
 
