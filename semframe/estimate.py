@@ -851,6 +851,7 @@ class _Context:
     latency: LatencyModel
     cache_dir: Path
     calibration: LocalCalibration | None
+    engine_model: Any = None  # semframe.vllm.timing.EngineModel for backend "vllm"
 
 
 def _resolve(plan: Plan, settings: Mapping[str, Any], latency: LatencyModel | None) -> _Context:
@@ -888,8 +889,13 @@ def _resolve(plan: Plan, settings: Mapping[str, Any], latency: LatencyModel | No
     lat = latency or DEFAULT_LATENCY.get(name, LatencyModel())
     directory = cache_dir(settings.get("cache_dir"))
     calibration = None
+    engine_model = None
     if name == "local" and backend is not None:
         calibration = load_calibration(directory, backend.model, workers)
+    if name == "vllm" and backend is not None and hasattr(backend, "engine_args"):
+        from semframe.vllm.timing import load_engine_model
+
+        engine_model = load_engine_model(directory, backend.model)
     return _Context(
         name,
         model,
@@ -902,6 +908,7 @@ def _resolve(plan: Plan, settings: Mapping[str, Any], latency: LatencyModel | No
         lat,
         directory,
         calibration,
+        engine_model,
     )
 
 
@@ -944,6 +951,8 @@ def _simulate(plan: Plan, ctx: _Context, pieces: _Pieces, out_mean: float) -> _S
         return _sim_openai(plan, ctx, pieces, out_mean)
     if ctx.backend_name == "anthropic":
         return _sim_anthropic(plan, ctx, pieces, out_mean)
+    if ctx.backend_name == "vllm" and hasattr(ctx.backend, "engine_args"):
+        return _sim_vllm(plan, ctx, pieces, out_mean)
     # local engines (and the fake): one KV prefix per slot
     slots = _simulate_slots(plan, ctx.workers)
     last: dict[int, list[str]] = {}
@@ -961,6 +970,42 @@ def _simulate(plan: Plan, ctx: _Context, pieces: _Pieces, out_mean: float) -> _S
     if ctx.calibration is not None:
         wall = ctx.calibration.wall(total - cached, out_mean * n, n)
     return _Sim(total, cached, 0, 0, wall)
+
+
+def _sim_vllm(plan: Plan, ctx: _Context, pieces: _Pieces, out_mean: float) -> _Sim:
+    """Backend vllm in process: block-granular prefix reuse in the executor's dispatch order.
+
+    With a calibrated engine model, a replay on the simulator gives cached
+    tokens and wall time (:func:`semframe.vllm.timing.predict`); without one,
+    each request reuses, in whole blocks, what it shares with its prefix
+    group's first request, and there is no wall time.
+    """
+    n = len(plan.requests)
+    prompts = [[t for part in pieces.parts(i) for t in pieces.tokens(part)] for i in range(n)]
+    groups = [(g.start, g.stop) for g in plan.groups]
+    if ctx.engine_model is not None:
+        from semframe.vllm.timing import predict
+
+        p = predict(
+            prompts, groups, out_mean, ctx.engine_model, max_tokens=plan.relquery.max_tokens
+        )
+        return _Sim(p.prompt_tokens, p.cached_tokens, 0, 0, p.wall_seconds)
+    backend: Any = ctx.backend
+    block = int(
+        backend.engine_args.get("block_size")
+        or (128 if backend.engine_args.get("enforce_eager") else 16)
+    )
+    cached = 0
+    for start, stop in groups:
+        lead = prompts[start]
+        for i in range(start + 1, stop):
+            same = 0
+            for a, b in zip(lead, prompts[i], strict=False):
+                if a != b:
+                    break
+                same += 1
+            cached += same - same % block
+    return _Sim(sum(len(p) for p in prompts), cached, 0, 0, None)
 
 
 def _framing() -> tuple[list[int], list[int], list[int]]:
@@ -1283,6 +1328,17 @@ def estimate_plan(
                 f"({ctx.calibration.slots} slots); prefix reuse per slot only (the engine's RAM "
                 "prompt cache is not modelled)"
             )
+    elif ctx.backend_name == "vllm" and ctx.engine_model is not None:
+        all_notes.append(
+            f"cached tokens and wall time from a replay on the simulator calibrated to this "
+            f"vLLM engine ({ctx.engine_model.measured_at}); no price (your own hardware)"
+        )
+    elif ctx.backend_name == "vllm" and hasattr(ctx.backend, "engine_args"):
+        all_notes.append(
+            "vLLM engine uncalibrated: cached tokens from block-granular reuse within prefix "
+            "groups, no wall time (run semframe.vllm.timing.calibrate_vllm once on this "
+            "machine); no price (your own hardware)"
+        )
     elif ctx.backend_name not in API_BACKENDS:
         all_notes.append(f"backend {ctx.backend_name!r} has no price and no time model")
     if ctx.batch and ctx.backend_name in API_BACKENDS:

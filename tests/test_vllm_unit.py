@@ -290,3 +290,50 @@ def test_model_dir_and_settings_errors(tmp_path: Any) -> None:
 
 def test_capabilities_default_is_not_relquery_aware() -> None:
     assert Capabilities().relquery_aware is False
+
+
+# -- the estimator on backend="vllm" ----------------------------------------------------
+
+
+class FakeVllm(FakeBackend):
+    """Stands in for the in-process vLLM backend (its name, model and engine arguments)."""
+
+    name = "vllm"
+
+    def __init__(self) -> None:
+        super().__init__(model="smollm2-135m")
+        self.engine_args = {"enforce_eager": True, "block_size": 16}
+
+
+def test_estimate_on_vllm_uses_the_calibrated_engine(tmp_path: Any) -> None:
+    from semframe.backends import register_backend
+    from semframe.sched.cost import Calibration, InferMaxCost, RelServeCost
+    from semframe.vllm.timing import EngineModel, store_engine_model
+
+    register_backend("vllm", lambda model, settings: FakeVllm())
+    try:
+        info = " ".join(f"fact{i}" for i in range(120))
+        df = pd.DataFrame({"movie": ["A"] * 5 + ["B"] * 5, "info": [info] * 10,
+                           "review": [f"review {i}" for i in range(10)]})  # fmt: skip
+        template = "About {movie}: {info}. Summarize {review}"
+        est = df.llm.estimate(template, backend="vllm", cache_dir=str(tmp_path))
+        assert est.planned.wall_seconds is None
+        assert any("uncalibrated" in note for note in est.notes)
+        # followers reuse their group's shared prefix, in whole 16-token blocks
+        assert est.planned.cached_tokens > 0 and est.planned.cached_tokens % 16 == 0
+        cal = Calibration(
+            InferMaxCost(0.01, 1e-4, 0.0, 0.0, 0.0, 1e-6),
+            RelServeCost(1e-4, 0.01, 1e-4, 0.01),
+            10,
+            0.1,
+            "test",
+        )
+        store_engine_model(EngineModel(cal, 16, 4096, 8, 2048, "now"), tmp_path, "smollm2-135m")
+        est = df.llm.estimate(template, backend="vllm", cache_dir=str(tmp_path))
+        assert est.planned.wall_seconds is not None and est.planned.wall_seconds > 0
+        assert est.planned.cached_tokens > 0
+        assert any("calibrated to this vLLM engine" in note for note in est.notes)
+        none = df.llm.estimate(template, backend="vllm", cache_dir=str(tmp_path), reorder="none")
+        assert none.planned.cached_tokens <= est.planned.cached_tokens
+    finally:
+        register_backend("vllm", "semframe.backends.vllm:create")
