@@ -25,6 +25,7 @@ from semframe.cascade import (
     calibrate_profiles,
     choose_thresholds,
     clopper_pearson_lower,
+    evaluate,
     last_cascade,
     route,
 )
@@ -290,7 +291,7 @@ def _synthetic(n: int, rng: np.random.Generator) -> tuple[list[StageAnswers], li
 
 @pytest.mark.parametrize("target", [0.8, 0.9])
 def test_calibration_meets_target_on_synthetic_data(target: float) -> None:
-    met, escalated = [], []
+    met, truly_met, escalated = [], [], []
     for seed in range(30):
         profiles, labels = _synthetic(600, np.random.default_rng(seed))
         cal = calibrate_profiles(profiles, labels, target=target, seed=seed)
@@ -298,9 +299,19 @@ def test_calibration_meets_target_on_synthetic_data(target: float) -> None:
         assert cal.lower_bound >= target
         met.append(cal.met)
         escalated.append(cal.escalated)
-    # 95% lower bound on the calibration half: the held-out half meets the target
-    # nearly always (a few misses are allowed: it is a statistical guarantee)
-    assert sum(met) >= 27
+        # the bound is on the true accuracy: check it on a large fresh sample
+        fresh, fresh_labels = _synthetic(20_000, np.random.default_rng(seed + 1000))
+        true_accuracy, _ = evaluate(
+            [list(p.values) for p in fresh],
+            [list(p.confidences) for p in fresh],
+            fresh_labels,
+            cal.thresholds,
+        )
+        truly_met.append(true_accuracy >= target)
+    # 95% confidence: about 1 miss in 20 at most (here 0-1 of 30)
+    assert sum(truly_met) >= 27
+    # the 300 held-out rows scatter around the true accuracy, so they miss more often
+    assert sum(met) >= 24
     assert 0.0 < np.mean(escalated) < 1.0
 
 
