@@ -16,13 +16,13 @@ does the client object.
 The executor looks every request up before sending anything, serves the hits
 (an answer that no longer parses is asked again), and hands new answers to
 :meth:`ResultCache.put` as they arrive. A writer thread commits them as soon
-as it is free (one transaction per answer when answers are slow, many per
-transaction when they are fast), and the end of a run waits for the last
-commit, however the run ends. A crash, even ``kill -9``, therefore loses only
-the requests in flight and the answers of the commit under way (about a
-millisecond's worth). When the disk is full the answers stay in memory, a
-warning is logged, writing is tried again every :data:`RETRY_SECONDS`, and the
-run goes on.
+as it is free, at most every :data:`COMMIT_INTERVAL` (one transaction per
+answer when answers are slow, many per transaction when they are fast), and
+the end of a run waits for the last commit, however the run ends. A crash,
+even ``kill -9``, therefore loses only the requests in flight and the answers
+of the last :data:`COMMIT_INTERVAL` (10 ms). When the disk is full the answers
+stay in memory, a warning is logged, writing is tried again every
+:data:`RETRY_SECONDS`, and the run goes on.
 
 Examples
 --------
@@ -59,6 +59,7 @@ from typing import Any, NamedTuple
 from semframe.backends.base import Backend, Completion, Request, TokenLogprob, Usage
 
 __all__ = [
+    "COMMIT_INTERVAL",
     "FILENAME",
     "RETRY_SECONDS",
     "TOUCH_SECONDS",
@@ -76,6 +77,15 @@ FILENAME = "results.sqlite"
 
 RETRY_SECONDS = 1.0
 """Seconds a failed write (a full disk) waits before the writer tries again."""
+
+COMMIT_INTERVAL = 0.01
+"""Least seconds between the starts of two commits of the writer thread.
+
+Answers that arrive slower than this are committed one by one as they come;
+faster ones are grouped, so that a fast local engine does not pay a commit
+per answer. A ``kill -9`` loses at most this long's answers besides the
+requests in flight.
+"""
 
 TOUCH_SECONDS = 3600.0
 """A served entry's last-used time is refreshed only when older than this (LRU granularity)."""
@@ -256,8 +266,9 @@ class ResultCache:
     """The SQLite result cache (one connection, safe to share between threads).
 
     Answers given to :meth:`put` are committed by a background writer thread
-    as soon as it is free (group commit): one at a time when answers arrive
-    slowly, many per transaction when they arrive fast. When a write fails (a
+    as soon as it is free and :data:`COMMIT_INTERVAL` has passed since its last
+    commit (group commit): one at a time when answers arrive slowly, many per
+    transaction when they arrive fast. When a write fails (a
     full disk, a lock held too long), the answers stay in memory, a warning
     is logged once, and the writer tries again after :data:`RETRY_SECONDS`;
     the run itself never sees the failure.
@@ -289,6 +300,7 @@ class ResultCache:
         self._writing = False
         self._stopping = False
         self._retry_at = 0.0
+        self._last_commit = 0.0
         self._writer: threading.Thread | None = None
         self._closed = False
         self.write_errors = 0
@@ -508,7 +520,8 @@ class ResultCache:
                     if self._stopping:
                         return
                     if self._pending and not self._writing:
-                        wait = self._retry_at - time.monotonic()
+                        ready = max(self._retry_at, self._last_commit + COMMIT_INTERVAL)
+                        wait = ready - time.monotonic()
                         if wait <= 0:
                             break
                         self._cond.wait(wait)
@@ -516,6 +529,7 @@ class ResultCache:
                         self._cond.wait()
                 rows, self._pending = self._pending, []
                 self._writing = True
+                self._last_commit = time.monotonic()
             ok = False
             try:
                 ok = self._write(rows)
