@@ -279,6 +279,8 @@ def finish(
             f"{share_s:>6} {r['large_rows_share']:>7.1%} {r['large_usd_per_1k_rows']:>8.4f}"
         )
 
+    load = load_policy(rows)
+
     def finite(x: Any) -> Any:
         return None if isinstance(x, float) and math.isinf(x) else x
 
@@ -309,10 +311,70 @@ def finish(
         },
         "results": [{k: finite(v) for k, v in r.items()} for r in rows],
         "sweep": [{k: finite(v) for k, v in s.items()} for s in sweep],
+        "load_policy": load,
     }
     OUT.write_text(json.dumps(result, indent=2) + "\n")
     plot(rows, sweep, n_held=len(held_rows))
     print(f"wrote {OUT.relative_to(HERE.parent)} and {PLOT.relative_to(HERE.parent)}")
+
+
+LARGE_WORK = 10.0
+"""Assumed work of one large-stage row, in small-stage rows (an assumption, not measured)."""
+
+
+def load_policy(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """KEN's load-based choice on the calibrated cascades, in the queue simulator.
+
+    Time is in units of one small-model row; a large-stage row is assumed to
+    take ``LARGE_WORK`` of them. Each option's accuracy and escalation share
+    are the held-out figures measured above.
+    """
+    import numpy as np
+
+    from semframe.sim.cascades import CascadeOption, gear_plan, simulate_load
+
+    options = [
+        CascadeOption(
+            str(r["config"]),
+            float(r["heldout_accuracy"]),
+            (1.0, LARGE_WORK),
+            (1.0, float(r["large_rows_share"])),
+        )
+        for r in rows
+        if r["target"] is not None
+    ]
+    small = CascadeOption(rows[0]["config"], rows[0]["heldout_accuracy"], (1.0,), (1.0,))
+    large = CascadeOption(rows[1]["config"], 1.0, (LARGE_WORK,), (1.0,))
+    options = [large, *options, small]
+    plan = gear_plan(options, max_rate=1.0, ranges=40)
+    out = []
+    print(
+        f"\nload-based choice (simulated; a large-stage row assumed {LARGE_WORK:g}x a "
+        "small one; rate in rows per small-row time)"
+    )
+    print(f"{'rate':>6} {'policy':44} {'accuracy':>8} {'p95 latency':>12}")
+    for rate in (0.04, 0.07, 0.1, 0.13, 0.2, 0.4):
+        arrivals = np.cumsum(np.random.default_rng(0).exponential(1 / rate, 4000)).tolist()
+        for name, policy in (
+            ("gear plan", plan.pick),
+            ("large only", lambda _r: large),
+            ("small only", lambda _r: small),
+        ):
+            res = simulate_load(arrivals, policy, window_s=50 / rate)
+            top = max(res.chosen, key=lambda k: res.chosen[k])
+            label = f"{name} (mostly {top})" if name == "gear plan" else name
+            print(f"{rate:>6.2f} {label:44} {res.accuracy:>8.3f} {res.p95_latency_s:>12.1f}")
+            out.append(
+                {
+                    "rate": rate,
+                    "policy": name,
+                    "mostly": top,
+                    "accuracy": res.accuracy,
+                    "p95_latency": res.p95_latency_s,
+                    "mean_latency": res.mean_latency_s,
+                }
+            )
+    return out
 
 
 def plot(
