@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -126,6 +127,7 @@ def main() -> None:
         f"= {cpu_overhead / med_cpu['no cache']:.1%}"
     )
     print(f"re-run: {med['re-run']:.3f} s (target < 3 s); cache file {file_mib:.1f} MiB")
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
 
     result = {
         "semframe": semframe.__version__,
@@ -149,6 +151,7 @@ def main() -> None:
         "cold_overhead_us_per_row": exec_overhead / args.rows * 1e6,
         "rerun_s": med["re-run"],
         "cache_file_mib": file_mib,
+        "load_average_1min_after": os.getloadavg()[0],
         "targets": {"rerun_s": 3.0, "cold_overhead_share": 0.05},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
