@@ -61,6 +61,7 @@ PLOT = HERE / "results" / "cascades.png"
 ANSWERS = HERE / "results" / "cascades_answers.json"
 TEMPLATE = "Is the review positive about the movie? {movie_title} {review_content}"
 TARGETS = (0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
+PRECISION_TARGETS = (0.80, 0.90)
 LARGE_PRICE_MODEL = "gpt-4o-mini"
 
 
@@ -248,6 +249,44 @@ def finish(
             }
         )
 
+    # filter's other targets: precision of the kept (positive) rows
+    precision_rows = []
+    for target in PRECISION_TARGETS:
+        cal = calibrate_profiles(
+            [small, large],
+            labels,
+            target=target,
+            metric="precision",
+            level=args.level,
+            holdout=0.5,
+            seed=0,
+        )
+        met = [
+            bool(
+                calibrate_profiles(
+                    [small, large],
+                    labels,
+                    target=target,
+                    metric="precision",
+                    level=args.level,
+                    holdout=0.5,
+                    seed=seed,
+                ).met
+            )
+            for seed in range(args.splits)
+        ]
+        precision_rows.append(
+            {
+                "config": f"cascade, precision target {target:.2f}",
+                "target": target,
+                "threshold": cal.thresholds[0],
+                "heldout_precision": cal.heldout_value,
+                "met": cal.met,
+                "met_share_over_splits": sum(met) / len(met),
+                **cost(cal.escalated),
+            }
+        )
+
     # The whole threshold sweep on the held-out half, for the plot.
     sweep = []
     for t in sorted({c for c in held_conf if c is not None} | {0.0, math.inf}):
@@ -279,6 +318,12 @@ def finish(
             f"{share_s:>6} {r['large_rows_share']:>7.1%} {r['large_usd_per_1k_rows']:>8.4f}"
         )
 
+    for r in precision_rows:
+        print(
+            f"{r['config']:32} {r['threshold']:>7.4f} {r['heldout_precision']:>12.3f} "
+            f"{'yes' if r['met'] else 'NO':>5} {r['met_share_over_splits']:>6.0%} "
+            f"{r['large_rows_share']:>7.1%} {r['large_usd_per_1k_rows']:>8.4f}  (precision)"
+        )
     load = load_policy(rows)
 
     def finite(x: Any) -> Any:
@@ -310,6 +355,7 @@ def finish(
             "python": platform.python_version(),
         },
         "results": [{k: finite(v) for k, v in r.items()} for r in rows],
+        "precision_results": [{k: finite(v) for k, v in r.items()} for r in precision_rows],
         "sweep": [{k: finite(v) for k, v in s.items()} for s in sweep],
         "load_policy": load,
     }
