@@ -19,6 +19,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
             "operators.py",
             ["extract:", "classify:", "agg (one answer per movie):", "topk (3 of", "join"],
         ),
+        ("contributions.py", ["Before sending anything:", "sector counts:", "extract:"]),
+        ("reorder_cost.py", ["estimate", "actual", "ggr"]),
     ],
 )
 def test_example_runs_on_the_fake_backend(
