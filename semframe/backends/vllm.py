@@ -184,6 +184,7 @@ class VllmBackend:
                 from vllm.v1.engine.async_llm import AsyncLLM
 
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
                 class _Engine(AsyncLLM):  # type: ignore[misc]
                     def __del__(self) -> None:  # after close(), at interpreter exit
                         with contextlib.suppress(Exception):
