@@ -257,12 +257,16 @@ def simulate_policies(jobs: list[Job], infer: Any, engine: dict[str, Any], block
 # -- reordering on the engine -----------------------------------------------------------
 
 
-def hit_rates(rows: int, engine: dict[str, Any], model: str) -> dict[str, Any]:
+def hit_rates(rows: int, engine: dict[str, Any], model: str, tmp: Path) -> dict[str, Any]:
+    """File order vs GGR on the engine, each with the estimator's prediction first
+    (after calibrating the engine model once, into a scratch cache directory)."""
     import pandas as pd
 
     import semframe
     from semframe import _aio
+    from semframe.backends import get_backend
     from semframe.backends import vllm as vb
+    from semframe.vllm.timing import calibrate_vllm
 
     df = pd.read_csv(DATA / "movies_small.csv").head(rows)
     df = df.fillna("")
@@ -281,9 +285,17 @@ def hit_rates(rows: int, engine: dict[str, Any], model: str) -> dict[str, Any]:
         progress="off",
     ):
         df.head(4).llm.map("Say hello to {movie_title}.", max_tokens=4)  # start the engine
-    for backend in vb._backends.values():
-        if backend._engine is not None:
-            _aio.run(backend._engine.reset_prefix_cache())
+        cfg = semframe.config()
+    t0 = time.monotonic()
+    engine_model = calibrate_vllm(get_backend("vllm", model=model, settings=cfg), tmp)
+    out["calibration_s"] = time.monotonic() - t0
+    out["engine_model"] = json.loads(engine_model.to_json())
+
+    def reset() -> None:
+        for backend in vb._backends.values():
+            if backend._engine is not None:
+                _aio.run(backend._engine.reset_prefix_cache())
+
     for method in ("none", "ggr"):
         with semframe.using(
             backend="vllm",
@@ -292,7 +304,11 @@ def hit_rates(rows: int, engine: dict[str, Any], model: str) -> dict[str, Any]:
             vllm_args=args,
             cache=False,
             progress="off",
+            cache_dir=str(tmp),
         ):
+            reset()
+            est = df.llm.estimate(template, reorder=method, max_tokens=12, probe=8)
+            reset()
             df.llm.map(template, reorder=method, max_tokens=12)
         stats = semframe.last_run()
         assert stats is not None
@@ -301,6 +317,13 @@ def hit_rates(rows: int, engine: dict[str, Any], model: str) -> dict[str, Any]:
             "cached_tokens": stats.cached_tokens,
             "hit_rate": stats.cached_tokens / stats.prompt_tokens,
             "wall_s": stats.wall_seconds,
+            "output_tokens": stats.output_tokens,
+            "estimate": {
+                "prompt_tokens": est.planned.input_tokens,
+                "cached_tokens": est.planned.cached_tokens,
+                "output_tokens": est.planned.output_tokens,
+                "wall_s": est.planned.wall_seconds,
+            },
         }
         for backend in vb._backends.values():  # same engine, cache emptied between orders
             engine_obj = backend._engine
@@ -332,6 +355,7 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=8)
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--repeats", type=int, default=2, help="rounds, alternating policy order")
+    ap.add_argument("--parts", default="policies,hitrate", help="policies and/or hitrate")
     ap.add_argument("--model", default="smollm2-135m", help="known name or HF directory")
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -346,7 +370,8 @@ def main() -> None:
               "max_num_batched_tokens": args.max_num_batched_tokens,
               **json.loads(args.vllm_args)}  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="vllm-relserve-"))
-    policies = [p for p in args.policies.split(",") if p]
+    parts = [p for p in args.parts.split(",") if p]
+    policies = [p for p in args.policies.split(",") if p] if "policies" in parts else []
     results: dict[str, Any] = {
         "config": {
             **vars(args),
@@ -391,9 +416,12 @@ def main() -> None:
             "max_latency": statistics.median(x["max_latency"] for x in rs),
             "hit_rate": statistics.median(x["hit_rate"] for x in rs),
             "median_step_s": statistics.median(x["median_step_s"] for x in rs),
+            "kv_blocks": rs[0]["kv_blocks"],
+            "block_size": rs[0]["block_size"],
             "rounds": rs,
         }
-    results["real"] = runs
+    if runs:
+        results["real"] = runs
     print()
     print(f"relQueries: {len(base_jobs)}, requests: {sum(len(j.prompts) for j in base_jobs)}")
     rows = []
@@ -425,15 +453,29 @@ def main() -> None:
         print()
         print(table(["policy", "measured avg s", "simulated avg s", "prediction error"], rows))
 
-    print("\nprefix-cache hit rate on movies_small.csv, file order vs GGR ...", flush=True)
-    hr = hit_rates(args.hit_rows, engine, args.model)
-    results["hit_rate"] = hr
-    print(table(
-        ["order", "prompt tokens", "cached tokens", "hit rate", "wall s"],
-        [[m, hr[m]["prompt_tokens"], hr[m]["cached_tokens"], hr[m]["hit_rate"], hr[m]["wall_s"]]
-         for m in ("none", "ggr")],
-    ))  # fmt: skip
+    if "hitrate" in parts:
+        print("\nprefix-cache hit rate on movies_small.csv, file order vs GGR ...", flush=True)
+        hr = hit_rates(args.hit_rows, engine, args.model, tmp)
+        results["hit_rate"] = hr
+        rows = []
+        for m in ("none", "ggr"):
+            e = hr[m]["estimate"]
+            rows.append([
+                m, hr[m]["prompt_tokens"], hr[m]["cached_tokens"], hr[m]["hit_rate"],
+                e["cached_tokens"], hr[m]["wall_s"], e["wall_s"],
+                abs(e["wall_s"] - hr[m]["wall_s"]) / hr[m]["wall_s"],
+            ])  # fmt: skip
+        print(table(
+            ["order", "prompt tok", "cached tok", "hit rate", "est. cached", "wall s",
+             "est. wall s", "wall error"],
+            rows,
+        ))  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / "vllm_relserve.json"
+    if set(parts) != {"policies", "hitrate"} and path.exists():  # one part: keep the other's
+        old = json.loads(path.read_text())
+        results[f"config_{'_'.join(parts)}"] = results.pop("config")
+        results = {**old, **results}
     (RESULTS / "vllm_relserve.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {RESULTS / 'vllm_relserve.json'}")
 
