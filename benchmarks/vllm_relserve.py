@@ -274,16 +274,17 @@ def hit_rates(rows: int, engine: dict[str, Any], model: str, tmp: Path) -> dict[
         "Review: {review_content}\nMovie: {movie_title}\nSynopsis: {movie_info}\n"
         "Summarize the critic's opinion of the movie in ten words."
     )
-    args = dict(engine)
+    settings = {
+        "backend": "vllm",
+        "model": model,
+        "vllm_scheduler": "fcfs",
+        "vllm_args": dict(engine),
+        "cache": False,
+        "progress": "off",
+        "cache_dir": str(tmp),
+    }
     out: dict[str, Any] = {"rows": len(df)}
-    with semframe.using(
-        backend="vllm",
-        model=model,
-        vllm_scheduler="fcfs",
-        vllm_args=args,
-        cache=False,
-        progress="off",
-    ):
+    with semframe.using(**settings):
         df.head(4).llm.map("Say hello to {movie_title}.", max_tokens=4)  # start the engine
         cfg = semframe.config()
     t0 = time.monotonic()
@@ -297,15 +298,7 @@ def hit_rates(rows: int, engine: dict[str, Any], model: str, tmp: Path) -> dict[
                 _aio.run(backend._engine.reset_prefix_cache())
 
     for method in ("none", "ggr"):
-        with semframe.using(
-            backend="vllm",
-            model=model,
-            vllm_scheduler="fcfs",
-            vllm_args=args,
-            cache=False,
-            progress="off",
-            cache_dir=str(tmp),
-        ):
+        with semframe.using(**settings):
             reset()
             est = df.llm.estimate(template, reorder=method, max_tokens=12, probe=8)
             reset()

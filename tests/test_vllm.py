@@ -71,7 +71,8 @@ def opts(trace: Path) -> Iterator[dict[str, Any]]:
     from semframe.backends import vllm as vllm_backend
 
     for backend in vllm_backend._backends.values():
-        backend.close()
+        if isinstance(backend, vllm_backend.VllmBackend):  # in process: stop its engine
+            backend.close()
 
 
 def _reviews(n: int) -> pd.DataFrame:

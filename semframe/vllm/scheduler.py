@@ -107,7 +107,23 @@ class _Mirror(SchedRequest):
 
 
 class _SemframeMixin:
-    """What both scheduler classes add to vLLM's (see the module docstring)."""
+    """What both scheduler classes add to vLLM's (see the module docstring).
+
+    It comes first in their bases, so ``super()`` here is vLLM's scheduler.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._semframe_init()
+
+    def schedule(self, throttle_prefills: bool = False) -> Any:
+        parent: Any = super()
+        return self._semframe_schedule(parent.schedule, throttle_prefills)
+
+    def _free_request(self, request: Any, delay_free_blocks: bool = False) -> Any:
+        self._semframe_finished(request)
+        parent: Any = super()
+        return parent._free_request(request, delay_free_blocks)
 
     def _semframe_init(self) -> None:
         version = installed_version()
@@ -270,31 +286,9 @@ def _request_id(request: Any) -> str:
 class SemframeScheduler(_SemframeMixin, Scheduler):  # type: ignore[misc]
     """vLLM's V1 scheduler with a semframe policy deciding admissions (module docs)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._semframe_init()
-
-    def schedule(self, throttle_prefills: bool = False) -> Any:
-        return self._semframe_schedule(super().schedule, throttle_prefills)
-
-    def _free_request(self, request: Any, delay_free_blocks: bool = False) -> Any:
-        self._semframe_finished(request)
-        return super()._free_request(request, delay_free_blocks)
-
 
 class SemframeAsyncScheduler(_SemframeMixin, AsyncScheduler):  # type: ignore[misc]
     """The same, over vLLM's async-scheduling variant (for engines that enable it)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._semframe_init()
-
-    def schedule(self, throttle_prefills: bool = False) -> Any:
-        return self._semframe_schedule(super().schedule, throttle_prefills)
-
-    def _free_request(self, request: Any, delay_free_blocks: bool = False) -> Any:
-        self._semframe_finished(request)
-        return super()._free_request(request, delay_free_blocks)
 
 
 __all__ = ["REL_KEY", "REL_SIZE_KEY", "SemframeAsyncScheduler", "SemframeScheduler"]
