@@ -104,6 +104,7 @@ def api_accuracy(rows: int) -> list[dict[str, Any]]:
                         "base_url": url,
                         "reorder": reorder,
                         "progress": "off",
+                        "cache": False,  # every run billed in full: no answers from the cache
                     }
                     call = compile_call(df, template, op="filter", **settings)
                     emu.reset()
@@ -155,7 +156,14 @@ def local_wall(rows: int, recalibrate: bool) -> dict[str, Any]:
     from semframe._paths import cache_dir
     from semframe.backends import get_backend
 
-    settings: dict[str, Any] = {"backend": "local", "local_cache_ram_mib": 0, "progress": "off"}
+    # cache=False: the probe's answers (and an earlier run's) must not be served from the
+    # result cache, or the measured run would be shorter than the one estimated
+    settings: dict[str, Any] = {
+        "backend": "local",
+        "local_cache_ram_mib": 0,
+        "progress": "off",
+        "cache": False,
+    }
     template = (
         "Is the review {review_content} positive about the movie {movie_title} ({movie_info})?"
     )
