@@ -981,7 +981,15 @@ def _sim_vllm(plan: Plan, ctx: _Context, pieces: _Pieces, out_mean: float) -> _S
     group's first request, and there is no wall time.
     """
     n = len(plan.requests)
-    prompts = [[t for part in pieces.parts(i) for t in pieces.tokens(part)] for i in range(n)]
+    backend: Any = ctx.backend
+    head: list[int] = []
+    tail: list[int] = []
+    if hasattr(backend, "framing_tokens"):  # the chat template's tokens around each prompt
+        h, t = backend.framing_tokens(plan.relquery.system)
+        head, tail = [-1 - k for k in range(h)], [-1_000_001 - k for k in range(t)]
+    prompts = [
+        head + [t for part in pieces.parts(i) for t in pieces.tokens(part)] + tail for i in range(n)
+    ]
     groups = [(g.start, g.stop) for g in plan.groups]
     if ctx.engine_model is not None:
         from semframe.vllm.timing import predict
@@ -990,7 +998,6 @@ def _sim_vllm(plan: Plan, ctx: _Context, pieces: _Pieces, out_mean: float) -> _S
             prompts, groups, out_mean, ctx.engine_model, max_tokens=plan.relquery.max_tokens
         )
         return _Sim(p.prompt_tokens, p.cached_tokens, 0, 0, p.wall_seconds)
-    backend: Any = ctx.backend
     block = int(
         backend.engine_args.get("block_size")
         or (128 if backend.engine_args.get("enforce_eager") else 16)
@@ -1309,9 +1316,10 @@ def estimate_plan(
         encode = _tiktoken_encoder(ctx.model)
     elif ctx.backend is not None:
         encode = _backend_encoder(ctx.backend)
+        framed = hasattr(ctx.backend, "framing_tokens")
         all_notes.append(
             f"tokens counted with the {ctx.backend_name} engine's own tokenizer "
-            "(chat-template tokens not included)"
+            + ("(chat template included)" if framed else "(chat-template tokens not included)")
         )
     else:  # pragma: no cover - non-API backends always resolve
         msg = f"cannot estimate on backend {ctx.backend_name!r}"

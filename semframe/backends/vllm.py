@@ -224,6 +224,21 @@ class VllmBackend:
         )
         return text
 
+    def framing_tokens(self, system: str | None = None) -> tuple[int, int]:
+        """Tokens the chat template adds before and after a user message.
+
+        The estimator adds them to every prompt; the head (default system
+        prompt, role markers) is shared by all requests, so it is cacheable.
+        """
+        marker = "\ufffcSEMFRAME\ufffc"
+        text = self.prompt(Request(0, 0, marker, system, 1, 0.0, None, 0))
+        head, _, tail = text.partition(marker)
+        tok = self.tokenizer()
+        return (
+            len(tok.encode(head, add_special_tokens=False)),
+            len(tok.encode(tail, add_special_tokens=False)),
+        )
+
     def sampling_params(self, request: Request) -> Any:
         """The engine's ``SamplingParams`` for ``request`` (final output only)."""
         from vllm import SamplingParams
