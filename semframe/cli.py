@@ -66,7 +66,11 @@ def _parser() -> argparse.ArgumentParser:
         help="admission policy (default: relserve)",
     )
     serve.add_argument("--k", type=int, help="k of k-LPM (default 2)")
-    serve.add_argument("--cost", metavar="JSON", help="calibrated cost model (RelServe)")
+    serve.add_argument(
+        "--cost",
+        metavar="JSON",
+        help="RelServe's calibrated cost: a calibration or calibrate_vllm's engine model file",
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--kv-cache-gib", type=float, help="KV cache size in GiB")

@@ -128,8 +128,9 @@ def serve(args: Any) -> int:
     options: dict[str, Any] = {}
     if args.k is not None:
         options["options"] = {"k": args.k}
-    if args.cost:
-        options["cost"] = json.loads(Path(args.cost).read_text(encoding="utf-8"))["relserve"]
+    if args.cost:  # a Calibration's JSON, or an engine model's (calibrate_vllm) holding one
+        data = json.loads(Path(args.cost).read_text(encoding="utf-8"))
+        options["cost"] = data.get("calibration", data)["relserve"]
     cmd = server_command(
         model_dir(args.model),
         served_name=args.served_name or args.model,
