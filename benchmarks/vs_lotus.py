@@ -118,6 +118,7 @@ def fresh_engine(parallel: int) -> str:
 
 def semframe_call(df: pd.DataFrame, op: str, **kw: Any) -> tuple[list[Any], float, Any]:
     template = TEMPLATES[op]
+    kw.setdefault("cache", False)  # semframe's result cache would answer repeats unsent
     start = time.perf_counter()
     if op.startswith("filter"):
         out = df.llm.filter(template, max_tokens=MAX_TOKENS[op], errors="keep", **kw)
@@ -282,14 +283,16 @@ def summarize(local_rs: list[dict[str, Any]], emu_rs: list[dict[str, Any]]) -> l
                 row["local_cached_share_all"] = [
                     round(r["cached_tokens"] / r["prompt_tokens"], 3) for r in mine
                 ]
-                other = "lotus" if lib == "semframe" else "semframe"
-                theirs = [r for r in local_rs if r["op"] == op and r["lib"] == other]
+                # The two libraries' answers in the same repeat, semframe's first.
+                ours = [r for r in local_rs if r["op"] == op and r["lib"] == "semframe"]
+                theirs = [r for r in local_rs if r["op"] == op and r["lib"] == "lotus"]
                 agree = [
                     agreement(op, a["answers"], b["answers"])
-                    for a, b in zip(mine, theirs, strict=False)
+                    for a, b in zip(ours, theirs, strict=False)
                 ]
                 if agree:
                     row["agreement"] = {k: statistics.median(x[k] for x in agree) for k in agree[0]}
+                row["local_output_tokens"] = int(med(mine, "output_tokens"))
                 if op == "filter":
                     row["yes_share"] = statistics.median(
                         sum(v is True for v in r["answers"]) / len(r["answers"]) for r in mine
