@@ -9,7 +9,8 @@ served from the engine's prefix cache, and wall time.
 
 The engine's host-RAM prompt cache is turned off (``local_cache_ram_mib=0``)
 so that reuse comes from the slots' KV caches only, which is what the
-estimator models.
+estimator models, and so is semframe's result cache (``cache=False``), which
+would otherwise answer the second run's repeated prompts without sending them.
 
     python examples/reorder_cost.py                 # 32 reviews, local engine (about a minute)
     python examples/reorder_cost.py --rows 80
@@ -44,7 +45,8 @@ def main() -> None:
     print(
         f"{len(reviews)} reviews of {reviews['movie_title'].nunique()} movies from {source.name}\n"
     )
-    opts = {"backend": args.backend, "local_cache_ram_mib": 0, "errors": "keep"}
+    # cache=False: the result cache would answer a re-run without sending anything.
+    opts = {"backend": args.backend, "local_cache_ram_mib": 0, "errors": "keep", "cache": False}
 
     header = (
         f"{'reorder':<8} {'':<9} {'input tok':>10} {'cached':>8} {'share':>7} {'wall s':>8}"
