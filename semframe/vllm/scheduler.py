@@ -31,6 +31,9 @@ Options come from the engine's ``additional_config`` under ``"semframe"``
      "cost": {"alpha_p": ..., "beta_p": ..., "alpha_d": ..., "beta_d": ...},
      "trace": "/path/trace.jsonl"}
 
+The same JSON in the environment variable ``SEMFRAME_VLLM_SCHEDULER`` is used
+when ``additional_config`` has no ``"semframe"`` entry.
+
 ``cost`` is the RelServe predictor calibrated on this engine
 (:func:`semframe.vllm.trace.calibrate_from_trace`); ``trace`` makes the
 scheduler append one JSON line per step: when it ran, which requests
@@ -80,7 +83,7 @@ class _Cache:
         self._engine = engine_requests
 
     def cached_prefix(self, req: SchedRequest) -> int:
-        request = self._engine.get(str(getattr(req, "template_id", "")))
+        request = self._engine.get(str(getattr(req, "engine_id", "")))
         if request is None:
             return 0
         hits = 0
@@ -101,9 +104,9 @@ class _Cache:
 class _Mirror(SchedRequest):
     """A :class:`SchedRequest` that remembers its engine request's id."""
 
-    __slots__ = ("queued", "template_id")
+    __slots__ = ("engine_id", "queued")
     queued: bool
-    template_id: str
+    engine_id: str
 
 
 class _SemframeMixin:
@@ -182,7 +185,7 @@ class _SemframeMixin:
             max_tokens=int(request.max_tokens or 1),
             arrival=float(request.arrival_time),
         )
-        m.template_id = request.request_id
+        m.engine_id = request.request_id
         m.queued = False
         self._next_req += 1
         self._mirrors[request.request_id] = m
