@@ -185,9 +185,11 @@ def test_executor_tags_requests_of_relquery_aware_backends(fake: FakeBackend) ->
     df.llm.map("Say {x}", backend="fake", cache=False)
     assert len({r.rel for r in aware.history}) == 2  # each run is its own relQuery
     # backends that do not ask get no tags
-    df.llm.map("Say {x}", backend="fake", cache=False, model="other")
     plain = FakeBackend()
+    register_backend("fake", lambda model, settings: plain)
+    df.llm.map("Say {x}", backend="fake", cache=False)
     assert plain.capabilities.relquery_aware is False
+    assert {(r.rel, r.rel_size) for r in plain.history} == {("", 0)}
 
 
 def test_rel_tags_and_server_body() -> None:
