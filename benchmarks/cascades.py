@@ -35,6 +35,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -477,6 +478,7 @@ def plot(
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(PLOT, dpi=120)
+    shutil.copyfile(PLOT, HERE.parent / "docs" / "img" / PLOT.name)  # the docs site shows it
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from semframe.sim import SimRequest, simulate
 from semframe.sim.workload import klpm_workload, load_tables, relserve_workload
 
 RESULTS = Path(__file__).parent / "results"
+DOCS_IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
 
 RELQ_BUDGETS = Budgets(max_num_seqs=256, max_num_batched_tokens=4096, num_blocks=2048)
 CHUNKED = Budgets(
@@ -195,6 +197,7 @@ def plots(rel: dict[str, Any], kl: dict[str, Any]) -> list[str]:
     fig.tight_layout()
     p = RESULTS / "scheduling_latency.png"
     fig.savefig(p, dpi=110)
+    shutil.copyfile(p, DOCS_IMG / p.name)  # the docs site shows it
     plt.close(fig)
     files.append(p.name)
 
@@ -213,6 +216,7 @@ def plots(rel: dict[str, Any], kl: dict[str, Any]) -> list[str]:
     fig.tight_layout()
     p = RESULTS / "scheduling_breakdown.png"
     fig.savefig(p, dpi=110)
+    shutil.copyfile(p, DOCS_IMG / p.name)  # the docs site shows it
     plt.close(fig)
     files.append(p.name)
 
@@ -227,6 +231,7 @@ def plots(rel: dict[str, Any], kl: dict[str, Any]) -> list[str]:
     fig.tight_layout()
     p = RESULTS / "scheduling_klpm_ttft.png"
     fig.savefig(p, dpi=110)
+    shutil.copyfile(p, DOCS_IMG / p.name)  # the docs site shows it
     plt.close(fig)
     files.append(p.name)
     return files
