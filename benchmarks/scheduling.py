@@ -54,6 +54,17 @@ POLICIES: dict[str, tuple[Callable[[], Scheduler], Budgets]] = {
 }
 
 
+def _save(fig: Any, name: str) -> str:
+    """Write a plot to the results folder and, for the docs site, to docs/img."""
+    import matplotlib.pyplot as plt
+
+    path = RESULTS / name
+    fig.savefig(path, dpi=110)
+    shutil.copyfile(path, DOCS_IMG / name)
+    plt.close(fig)
+    return name
+
+
 def table(headers: list[str], rows: list[list[Any]]) -> str:
     def fmt(v: Any) -> str:
         return f"{v:.2f}" if isinstance(v, float) else str(v)
@@ -195,11 +206,7 @@ def plots(rel: dict[str, Any], kl: dict[str, Any]) -> list[str]:
     ax.set_title("relQuery latency vs load (simulated 13B on A100)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    p = RESULTS / "scheduling_latency.png"
-    fig.savefig(p, dpi=110)
-    shutil.copyfile(p, DOCS_IMG / p.name)  # the docs site shows it
-    plt.close(fig)
-    files.append(p.name)
+    files.append(_save(fig, "scheduling_latency.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = list(rel["policies"])
@@ -214,11 +221,7 @@ def plots(rel: dict[str, Any], kl: dict[str, Any]) -> list[str]:
     ax.legend()
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     fig.tight_layout()
-    p = RESULTS / "scheduling_breakdown.png"
-    fig.savefig(p, dpi=110)
-    shutil.copyfile(p, DOCS_IMG / p.name)  # the docs site shows it
-    plt.close(fig)
-    files.append(p.name)
+    files.append(_save(fig, "scheduling_breakdown.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, rows in kl["policies"].items():
@@ -229,11 +232,7 @@ def plots(rel: dict[str, Any], kl: dict[str, Any]) -> list[str]:
     ax.set_title("k-LPM workload: P99 TTFT vs load")
     ax.legend()
     fig.tight_layout()
-    p = RESULTS / "scheduling_klpm_ttft.png"
-    fig.savefig(p, dpi=110)
-    shutil.copyfile(p, DOCS_IMG / p.name)  # the docs site shows it
-    plt.close(fig)
-    files.append(p.name)
+    files.append(_save(fig, "scheduling_klpm_ttft.png"))
     return files
 
 
