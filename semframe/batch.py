@@ -37,9 +37,9 @@ from semframe.errors import ConfigError, RequestRejected, TransientError
 from semframe.execute import (
     Outcome,
     RunStats,
-    _record_run,
     _stats,
     _Totals,
+    record_run,
     serve_from_cache,
 )
 from semframe.parse import ParseError
@@ -106,6 +106,7 @@ def run_batch(
     sleep: Callable[[float], None] = time.sleep,
     prices: Mapping[str, Mapping[str, Any]] | None = None,
     cache: ResultCache | None = None,
+    cache_keys: Sequence[str | None] | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Run ``plan`` through ``backend``'s batch API; outcomes in plan order.
 
@@ -130,6 +131,8 @@ def run_batch(
     cache : ResultCache, optional
         The result cache: stored answers are served without being sent, new
         ones are stored as each batch's results arrive. The caller closes it.
+    cache_keys : sequence of str or None, optional
+        The requests' cache keys (:func:`~semframe.execute.plan_keys`) when the caller has them.
     """
     if not all(hasattr(backend, a) for a in ("batch_submit", "batch_status", "batch_results")):
         msg = (
@@ -151,7 +154,7 @@ def run_batch(
     totals = _Totals()
     keep = None
     if cache is not None:
-        keep = serve_from_cache(plan, backend, cache, outcomes, totals)
+        keep = serve_from_cache(plan, backend, cache, outcomes, totals, keys=cache_keys)
     bar = Progress(n, f"{plan.relquery.op} on {backend.name} (batch)", mode=progress)
 
     def fold(results: dict[int, BatchResult], sent: Sequence[int]) -> None:
@@ -222,5 +225,5 @@ def run_batch(
     path.unlink(missing_ok=True)
     done = [o for o in outcomes if o is not None]
     stats = _stats(plan, backend, totals, start, 1, batch=True, prices=prices)
-    _record_run(stats)
+    record_run(stats)
     return done, stats

@@ -24,6 +24,17 @@ of the last :data:`COMMIT_INTERVAL` (10 ms). When the disk is full the answers
 stay in memory, a warning is logged, writing is tried again every
 :data:`RETRY_SECONDS`, and the run goes on.
 
+A whole call is indexed too (the ``calls`` table): keyed by the backend and
+the call's :func:`~semframe.plan.fingerprint` (everything that decides its
+requests), an entry lists the request key of each row. A re-run of the same
+call finds it and serves every row without ordering or rendering anything;
+when a row's answer is missing (evicted, never stored) or no longer parses,
+the call takes the ordinary way and sends only what is missing.
+
+Eviction (past ``cache_max_mib``) removes answers and call entries alike,
+least recently used first; it scans the table, which is rare (it frees 10% of
+the cap at a time), so that storing an answer updates one B-tree only.
+
 Examples
 --------
 >>> import tempfile, pathlib
@@ -50,7 +61,8 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -67,6 +79,7 @@ __all__ = [
     "Entry",
     "ResultCache",
     "cacheable",
+    "call_key",
     "open_cache",
     "request_key",
     "request_keys",
@@ -112,7 +125,15 @@ CREATE TABLE IF NOT EXISTS results (
     last_used REAL NOT NULL,
     size INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS results_last_used ON results (last_used);
+DROP INDEX IF EXISTS results_last_used;
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    keys BLOB NOT NULL,
+    info TEXT NOT NULL,
+    created REAL NOT NULL,
+    last_used REAL NOT NULL,
+    size INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS hits (
     backend TEXT NOT NULL,
     model TEXT NOT NULL,
@@ -144,6 +165,20 @@ def cacheable(request: Request) -> bool:
     (True, False)
     """
     return request.temperature == 0
+
+
+def call_key(backend: Backend, fingerprint: str) -> str:
+    """The key of a call's entry: its plan ``fingerprint`` on ``backend`` (model, endpoint).
+
+    Examples
+    --------
+    >>> from semframe.backends.fake import FakeBackend
+    >>> call_key(FakeBackend(), "ab") == call_key(FakeBackend(model="other"), "ab")
+    False
+    """
+    base = [_KEY_VERSION, "call", backend.name, backend.model, getattr(backend, "base_url", None)]
+    text = json.dumps([*base, fingerprint], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def request_key(backend: Backend, request: Request) -> str:
@@ -238,6 +273,8 @@ class CacheInfo:
         Size of the file and its WAL on disk.
     by_model : tuple of (str, str, int, int)
         ``(backend, model, entries, hits)`` per model, most entries first.
+    calls : int
+        Calls indexed (re-runs served whole).
     """
 
     path: Path
@@ -245,11 +282,13 @@ class CacheInfo:
     bytes: int
     file_bytes: int
     by_model: tuple[tuple[str, str, int, int], ...]
+    calls: int = 0
 
     def __str__(self) -> str:
         lines = [
             f"cache: {self.path}",
             f"entries: {self.entries:,}",
+            f"calls indexed: {self.calls:,}",
             f"size: {self.bytes / 2**20:.2f} MiB of answers, "
             f"{self.file_bytes / 2**20:.2f} MiB on disk",
         ]
@@ -296,8 +335,11 @@ class ResultCache:
         self.clock = clock
         self._db_lock = threading.RLock()  # the connection
         self._cond = threading.Condition()  # the fields below
-        self._pending: list[tuple[Any, ...]] = []
+        # Appended to by put() without a lock (deque operations are atomic); drained
+        # under _cond by whoever writes.
+        self._pending: deque[tuple[Any, ...]] = deque()
         self._writing = False
+        self._idle = False  # the writer waits with nothing pending (put() must wake it)
         self._stopping = False
         self._retry_at = 0.0
         self._last_commit = 0.0
@@ -411,6 +453,62 @@ class ResultCache:
                     found[row[0]] = row[1:]
         return found
 
+    def get_call(self, key: str) -> tuple[list[str], dict[str, Any]] | None:
+        """A call's entry (see :func:`call_key`); ``None`` when absent.
+
+        Returns the request key of each of the call's rows, in the caller's row
+        order, and what was recorded with the entry.
+        """
+        with self._db_lock:
+            if self._closed:
+                return None
+            row = self._db.execute("SELECT keys, info FROM calls WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        blob, info = row
+        text = bytes(blob).hex()
+        return [text[i : i + 64] for i in range(0, len(text), 64)], json.loads(info)
+
+    def put_call(self, key: str, keys: Sequence[str], info: Mapping[str, Any]) -> None:
+        """Store a call's entry: ``keys[i]`` is the request key of the call's row ``i``.
+
+        Written at once (one row), after the answers pending before it. A
+        failed write is logged, never raised: the call is only not indexed.
+        """
+        if not self.flush():
+            return
+        blob = bytes.fromhex("".join(keys))
+        text = json.dumps(dict(info), separators=(",", ":"))
+        size = len(blob) + len(text) + _ROW_OVERHEAD
+        now = self.clock()
+        try:
+            with self._db_lock:
+                if self._closed:
+                    return
+                with self._transaction():
+                    self._db.execute(
+                        "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
+                        "SET keys = excluded.keys, info = excluded.info, "
+                        "last_used = excluded.last_used, size = excluded.size",
+                        (key, blob, text, now, now, size),
+                    )
+                    self._db.execute(
+                        "UPDATE meta SET value = value + ? WHERE name = 'bytes'", (size,)
+                    )
+                    self._evict_locked()
+        except sqlite3.Error as exc:
+            _log.warning("result cache: the call could not be indexed (%s)", exc)
+
+    def touch_call(self, key: str) -> None:
+        """Mark a call's entry as used now."""
+        with self._db_lock:
+            if self._closed:
+                return
+            with self._transaction():
+                self._db.execute(
+                    "UPDATE calls SET last_used = ? WHERE key = ?", (self.clock(), key)
+                )
+
     def touch(self, keys: Iterable[str]) -> None:
         """Mark ``keys`` as used now (for the least-recently-used eviction)."""
         keys = list(keys)
@@ -445,7 +543,7 @@ class ResultCache:
         """Queue an answer for storage; the writer thread commits it shortly.
 
         An answer that is not valid Unicode (a lone surrogate) cannot be stored
-        as text and is skipped.
+        as text and is skipped; so is one given after :meth:`close`.
         """
         tokens = None if completion.tokens is None else _dump_tokens(completion.tokens)
         u = completion.usage
@@ -474,17 +572,22 @@ class ResultCache:
             now,
             size,
         )
-        with self._cond:
-            if self._closed:
-                return
-            self._pending.append(row)
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._write_loop, name="semframe-cache-writer", daemon=True
-                )
-                self._writer.start()
-            elif not self._writing:
-                self._cond.notify()
+        self._pending.append(row)  # after close() it is never written, as documented
+        # The writer sets _idle before it last looks at the queue, so reading it after
+        # the append never misses a writer going to sleep; one waiting on a timer
+        # (answers pending) wakes by itself.
+        if self._writer is None or self._idle:
+            with self._cond:
+                if self._closed:
+                    return
+                if self._writer is None:
+                    self._writer = threading.Thread(
+                        target=self._write_loop, name="semframe-cache-writer", daemon=True
+                    )
+                    self._writer.start()
+                elif self._idle:
+                    self._idle = False
+                    self._cond.notify()
 
     @property
     def pending(self) -> int:
@@ -500,17 +603,22 @@ class ResultCache:
         with self._cond:
             while self._writing:
                 self._cond.wait()
-            rows, self._pending = self._pending, []
+            rows = self._drain()
             self._writing = True
         try:
             ok = self._write(rows)
         finally:
             with self._cond:
                 if not ok:
-                    self._pending[:0] = rows
+                    self._pending.extendleft(reversed(rows))
                 self._writing = False
                 self._cond.notify_all()
         return ok
+
+    def _drain(self) -> list[tuple[Any, ...]]:
+        """Take every queued row (``put`` may append meanwhile: those stay queued)."""
+        queue = self._pending
+        return [queue.popleft() for _ in range(len(queue))]
 
     def _write_loop(self) -> None:
         """The writer thread: commit whatever is pending, one transaction at a time."""
@@ -526,8 +634,11 @@ class ResultCache:
                             break
                         self._cond.wait(wait)
                     else:
-                        self._cond.wait()
-                rows, self._pending = self._pending, []
+                        self._idle = True
+                        if not self._pending:  # looked at after _idle is set: see put()
+                            self._cond.wait()
+                        self._idle = False
+                rows = self._drain()
                 self._writing = True
                 self._last_commit = time.monotonic()
             ok = False
@@ -536,7 +647,7 @@ class ResultCache:
             finally:
                 with self._cond:
                     if not ok:
-                        self._pending[:0] = rows
+                        self._pending.extendleft(reversed(rows))
                         self._retry_at = time.monotonic() + RETRY_SECONDS
                     self._writing = False
                     self._cond.notify_all()
@@ -594,18 +705,25 @@ class ResultCache:
             return
         excess = total - self.max_bytes * 9 // 10  # evict down to 90% so eviction is rare
         freed = 0
-        doomed: list[str] = []
-        for key, size in self._db.execute("SELECT key, size FROM results ORDER BY last_used, key"):
-            doomed.append(key)
+        doomed: tuple[list[tuple[str]], list[tuple[str]]] = ([], [])
+        for table, key, size, _ in self._db.execute(
+            "SELECT 0, key, size, last_used FROM results "
+            "UNION ALL SELECT 1, key, size, last_used FROM calls ORDER BY 4, 1, 2"
+        ):
+            doomed[table].append((key,))
             freed += size
             if freed >= excess:
                 break
-        self._db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in doomed])
+        self._db.executemany("DELETE FROM results WHERE key = ?", doomed[0])
+        self._db.executemany("DELETE FROM calls WHERE key = ?", doomed[1])
         self._db.execute("UPDATE meta SET value = ? WHERE name = 'bytes'", (total - freed,))
 
     def _recount_locked(self) -> int:
         """Sum the stored sizes exactly and store the sum in ``meta``."""
-        (total,) = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM results").fetchone()
+        (total,) = self._db.execute(
+            "SELECT (SELECT COALESCE(SUM(size), 0) FROM results) "
+            "+ (SELECT COALESCE(SUM(size), 0) FROM calls)"
+        ).fetchone()
         self._db.execute("UPDATE meta SET value = ? WHERE name = 'bytes'", (total,))
         return int(total)
 
@@ -616,6 +734,7 @@ class ResultCache:
         self.flush()
         with self._db_lock:
             (entries,) = self._db.execute("SELECT COUNT(*) FROM results").fetchone()
+            (calls,) = self._db.execute("SELECT COUNT(*) FROM calls").fetchone()
             with self._transaction():
                 stored = self._recount_locked()
             by_model = self._db.execute(
@@ -635,6 +754,7 @@ class ResultCache:
             int(stored),
             file_bytes,
             tuple((str(b), str(m), int(n), int(h or 0)) for b, m, n, h in by_model),
+            int(calls),
         )
 
     def clear(self, older_than_days: float | None = None) -> int:
@@ -645,9 +765,11 @@ class ResultCache:
                 if older_than_days is None:
                     cur = self._db.execute("DELETE FROM results")
                     self._db.execute("DELETE FROM hits")
+                    self._db.execute("DELETE FROM calls")
                 else:
                     cutoff = self.clock() - older_than_days * 86400.0
                     cur = self._db.execute("DELETE FROM results WHERE last_used < ?", (cutoff,))
+                    self._db.execute("DELETE FROM calls WHERE last_used < ?", (cutoff,))
                 removed = cur.rowcount
                 self._recount_locked()
             if older_than_days is None:

@@ -850,10 +850,9 @@ def _stage_settings(stage: Stage, kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _with_logprobs(call: Any) -> Any:
     from semframe.ops import TOP_LOGPROBS
+    from semframe.run import with_logprobs
 
-    plan = call.plan
-    requests = tuple(r._replace(logprobs=TOP_LOGPROBS) for r in plan.requests)
-    return dataclasses.replace(call, plan=dataclasses.replace(plan, requests=requests))
+    return with_logprobs(call, TOP_LOGPROBS)
 
 
 def _operator(op: str, template: str, extra: Mapping[str, Any]) -> _Op:

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -343,6 +343,7 @@ def execute(
     prices: Mapping[str, Mapping[str, Any]] | None = None,
     stop_when: StopWhen | None = None,
     cache: ResultCache | None = None,
+    cache_keys: Sequence[str | None] | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
 
@@ -391,6 +392,8 @@ def execute(
         are answered from it without being sent (an answer that no longer
         parses is sent again), and new answers are stored as they arrive. The
         caller closes it.
+    cache_keys : sequence of str or None, optional
+        The requests' cache keys (:func:`plan_keys`) when the caller has them.
 
     Returns
     -------
@@ -416,7 +419,7 @@ def execute(
     parse = plan.relquery.output.parse
     send, keep = plan, None
     if cache is not None:
-        send, keep = _serve_cached(plan, backend, cache, outcomes, totals)
+        send, keep = _serve_cached(plan, backend, cache, outcomes, totals, keys=cache_keys)
     if backend.capabilities.relquery_aware and send.requests:
         send = _tag_relquery(send)
     m = len(send.requests)
@@ -529,7 +532,7 @@ def execute(
     done = [o for o in outcomes if o is not None]
     if halted and len(done) != n:
         stats = _stats(plan, backend, totals, start, workers, batch=False, prices=prices)
-        _record_run(stats)
+        record_run(stats)
         stop = BudgetExceeded(
             f"stopped after {len(done)} of {n} requests: the budget hook said stop "
             "(requests in flight were completed and kept)"
@@ -541,11 +544,12 @@ def execute(
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
     stats = _stats(plan, backend, totals, start, workers, batch=False, prices=prices)
-    _record_run(stats)
+    record_run(stats)
     return done, stats
 
 
-def _record_run(stats: RunStats) -> None:
+def record_run(stats: RunStats) -> None:
+    """Make ``stats`` what :func:`last_run` returns."""
     global _last_run
     _last_run = stats
 
@@ -597,54 +601,96 @@ def serve_from_cache(
     cache: ResultCache,
     outcomes: list[Outcome | None],
     totals: _Totals,
+    *,
+    keys: Sequence[str | None] | None = None,
 ) -> Callable[[Request, Completion], None]:
     """Fill ``outcomes`` (plan order) from ``cache``; returns the hook that stores new answers.
 
     A stored answer that does not parse (the parser changed, say) is not
     served: its request is sent again and the new answer replaces it. Served
-    rows count in ``totals.cache_hits`` and ``totals.saved``.
+    rows count in ``totals.cache_hits`` and ``totals.saved``. ``keys`` are the
+    requests' cache keys when the caller has them (``None`` for a request that
+    is not cacheable); they are computed otherwise.
     """
-    from semframe.cache import TOUCH_SECONDS, cacheable, load_tokens, request_keys
-
-    parse = plan.relquery.output.parse
-    wanted = [r for r in plan.requests if cacheable(r)]
-    keys = dict(zip((r.id for r in wanted), request_keys(backend, wanted), strict=True))
+    if keys is None:
+        keys = plan_keys(plan, backend)
     try:
-        found = cache.rows(list(dict.fromkeys(keys.values())))
+        found = cache.rows([k for k in dict.fromkeys(keys) if k is not None])
     except sqlite3.Error:  # an unreadable cache never stops a run
         found = {}
-    served = 0
-    stale: list[str] = []
-    p = c = w = o = 0
-    if found:
-        stale_before = cache.clock() - TOUCH_SECONDS
-        for r in plan.requests:
-            key = keys.get(r.id)
-            row = found.get(key) if key is not None else None
-            if key is None or row is None:
-                continue
-            text, tokens, prompt, cached, written, output, _, used = row
-            try:
-                value = parse(text)
-            except ParseError:
-                continue
-            outcomes[r.id] = Outcome(value, text, None, None, 0, load_tokens(tokens))
-            served += 1
-            if used < stale_before:
-                stale.append(key)
-            p, c, w, o = p + prompt, c + cached, w + written, o + output
-    totals.cache_hits = totals.done = served
-    totals.saved = Usage(p, c, w, o)
+    served = serve_rows(keys, found, plan.relquery.output.parse, outcomes, cache.clock())
+    totals.cache_hits = totals.done = served.rows
+    totals.saved = served.usage
     with contextlib.suppress(sqlite3.Error):
-        cache.touch(dict.fromkeys(stale))
-        cache.count_hits(backend.name, backend.model, served)
+        cache.touch(dict.fromkeys(served.stale))
+        cache.count_hits(backend.name, backend.model, served.rows)
 
     def keep(request: Request, completion: Completion) -> None:
-        key = keys.get(request.id)
+        key = keys[request.id]
         if key is not None:
             cache.put(key, backend, completion)
 
     return keep
+
+
+def plan_keys(plan: Plan, backend: Backend) -> list[str | None]:
+    """The cache key of each request of ``plan`` (``None``: not cacheable), in plan order."""
+    from semframe.cache import cacheable, request_keys
+
+    wanted = [r for r in plan.requests if cacheable(r)]
+    if len(wanted) == len(plan.requests):
+        return list(request_keys(backend, wanted))
+    keys: list[str | None] = [None] * len(plan.requests)
+    for r, key in zip(wanted, request_keys(backend, wanted), strict=True):
+        keys[r.id] = key
+    return keys
+
+
+class Served(NamedTuple):
+    """What :func:`serve_rows` served: rows, their stored usage, keys due a touch."""
+
+    rows: int
+    usage: Usage
+    stale: list[str]
+
+
+def serve_rows(
+    keys: Sequence[str | None],
+    found: Mapping[str, tuple[Any, ...]],
+    parse: Callable[[str], Any],
+    outcomes: list[Outcome | None],
+    now: float,
+) -> Served:
+    """Set ``outcomes[i]`` for each ``keys[i]`` whose stored answer parses.
+
+    ``found`` holds the stored rows (:meth:`~semframe.cache.ResultCache.rows`);
+    outcomes of keys missing there, or whose answer does not parse, stay as
+    they are. Served entries last used before ``now`` minus
+    :data:`~semframe.cache.TOUCH_SECONDS` are listed as stale.
+    """
+    from semframe.cache import TOUCH_SECONDS, load_tokens
+
+    served = 0
+    stale: list[str] = []
+    p = c = w = o = 0
+    if not found:
+        return Served(0, Usage(), stale)
+    stale_before = now - TOUCH_SECONDS
+    for i, key in enumerate(keys):
+        row = found.get(key) if key is not None else None
+        if row is None:
+            continue
+        text, tokens, prompt, cached, written, output, _, used = row
+        try:
+            value = parse(text)
+        except ParseError:
+            continue
+        outcomes[i] = Outcome(value, text, None, None, 0, load_tokens(tokens))
+        served += 1
+        if used < stale_before:
+            stale.append(key)  # type: ignore[arg-type]
+        p, c, w, o = p + prompt, c + cached, w + written, o + output
+    return Served(served, Usage(p, c, w, o), stale)
 
 
 def _serve_cached(
@@ -653,9 +699,11 @@ def _serve_cached(
     cache: ResultCache,
     outcomes: list[Outcome | None],
     totals: _Totals,
+    *,
+    keys: Sequence[str | None] | None,
 ) -> tuple[Plan, Callable[[Request, Completion], None]]:
     """:func:`serve_from_cache`, and the plan of what is left to send."""
-    keep = serve_from_cache(plan, backend, cache, outcomes, totals)
+    keep = serve_from_cache(plan, backend, cache, outcomes, totals, keys=keys)
     if not totals.cache_hits:
         return plan, keep
     remaining = tuple(r for r in plan.requests if outcomes[r.id] is None)

@@ -5,20 +5,18 @@ The accessors (``df.llm``) are thin shims over these functions.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from semframe import reorder as _reorder
 from semframe.config import config
 from semframe.errors import BudgetExceeded, InputError, RowError, RowErrors, did_you_mean
 from semframe.execute import Outcome, RunStats, stop_when_var
 from semframe.frames import FrameAdapter, adapter_for, is_lazy
 from semframe.parse import BOOL, TEXT, OutputSpec, label_confidence, label_spec, record_spec
-from semframe.plan import RelQuery, make_plan
-from semframe.run import Call, run_call
+from semframe.plan import RelQuery, check_sendable, render_instructions
+from semframe.run import Call, Recipe, run_call, with_logprobs
 from semframe.table import Table
 from semframe.template import parse_template
 
@@ -78,7 +76,9 @@ def compile_call(
     truncate: int | Mapping[str, int] | None = None,
     **settings: Any,
 ) -> Call:
-    """Validate a row-by-row call (one request per row) and build its plan; sends nothing.
+    """Validate a row-by-row call (one request per row); sends nothing.
+
+    The call's plan is built on first use of ``call.plan``.
 
     Parameters
     ----------
@@ -116,9 +116,10 @@ def compile_call(
         max_tokens=max_tokens,
         temperature=cfg["temperature"],
     )
-    method = cfg["reorder"]
-    ordering = _reorder.order(table, method)
-    return Call(frame, adapter, cfg, make_plan(rq, ordering, method))
+    check_sendable(rq, render_instructions(rq))
+    # Ordered and rendered when first needed: a call served whole from the
+    # result cache is neither (semframe.run.run_call).
+    return Call(frame, adapter, cfg, Recipe(rq, cfg["reorder"]))
 
 
 def collect(frame: Any) -> tuple[Any, FrameAdapter]:
@@ -301,12 +302,16 @@ def estimate_of(
 ) -> Estimate | None:
     """The estimate of a compiled call, when ``dry_run`` or ``budget`` needs one.
 
-    ``plan`` is a :class:`Plan`, or an ``AggPlan`` / ``TopkPlan`` whose first
-    relQuery is simulated and scaled to the whole call.
+    ``plan`` is a :class:`Call` (planned only when an estimate is needed), a
+    :class:`Plan`, or an ``AggPlan`` / ``TopkPlan`` whose first relQuery is
+    simulated and scaled to the whole call.
     """
     if not options.dry_run and options.budget is None:
         return None
     from semframe.estimate import estimate_plan
+
+    if isinstance(plan, Call):
+        plan = plan.plan
 
     first = getattr(plan, "first", None)
     if first is None:
@@ -451,7 +456,7 @@ def llm_map(frame: Any, template: str, *, out: str = "llm_output", **kwargs: Any
     call = compile_call(frame, template, op="map", **kwargs)
     check_new_columns(call.adapter, call.frame, [out])
     check_error_column(call.adapter, call.frame, call.settings, f"{out}_error")
-    est = estimate_of(call.plan, call.settings, options, "map")
+    est = estimate_of(call, call.settings, options, "map")
     if options.dry_run:
         return est
     return guarded(options, est, frame, lambda: _map(frame, call, out))
@@ -471,7 +476,7 @@ def llm_filter(frame: Any, template: str, **kwargs: Any) -> Any:
         return _cascade(frame, template, "filter", kwargs, {})
     options = pop_run_options(kwargs)
     call = compile_call(frame, template, op="filter", **kwargs)
-    est = estimate_of(call.plan, call.settings, options, "filter")
+    est = estimate_of(call, call.settings, options, "filter")
     if options.dry_run:
         return est
     return guarded(options, est, frame, lambda: _filter(frame, call))
@@ -509,7 +514,7 @@ def llm_extract(frame: Any, template: str, schema: object, **kwargs: Any) -> Any
     options = pop_run_options(kwargs)
     _, fields = record_spec(schema)
     call = compile_extract(frame, template, schema, **kwargs)
-    est = estimate_of(call.plan, call.settings, options, "extract")
+    est = estimate_of(call, call.settings, options, "extract")
     if options.dry_run:
         return est
     return guarded(options, est, frame, lambda: _extract(frame, call, fields))
@@ -558,9 +563,7 @@ def compile_classify(
     check_new_columns(call.adapter, call.frame, [out])
     if confidence:
         check_new_columns(call.adapter, call.frame, _confidence_columns(out, labels, multi))
-        plan = call.plan
-        requests = tuple(r._replace(logprobs=TOP_LOGPROBS) for r in plan.requests)
-        call = dataclasses.replace(call, plan=dataclasses.replace(plan, requests=requests))
+        call = with_logprobs(call, TOP_LOGPROBS)
     check_error_column(call.adapter, call.frame, call.settings, f"{out}_error")
     return call
 
@@ -605,7 +608,7 @@ def llm_classify(
     options = pop_run_options(kwargs)
     confidence = kwargs.get("confidence", False)
     call = compile_classify(frame, template, labels, out=out, **kwargs)
-    est = estimate_of(call.plan, call.settings, options, "classify")
+    est = estimate_of(call, call.settings, options, "classify")
     if options.dry_run:
         return est
     if confidence:
@@ -618,7 +621,7 @@ def _classify(frame: Any, call: Call, out: str, confidence_labels: Sequence[str]
     runs: list[RunStats] = []
     outcomes = run(call, runs)
     record_op("classify", runs)
-    multi = call.plan.relquery.output.kind == "labels"
+    multi = call.relquery.output.kind == "labels"
     dtype = "list[str]" if multi else "str"
     result = call.adapter.with_column(call.frame, out, [o.value for o in outcomes], dtype)
     if confidence_labels:

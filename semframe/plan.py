@@ -10,6 +10,9 @@ the same plan, so the two cannot disagree about what is sent.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +47,8 @@ class RelQuery:
         Output token limit per request.
     temperature : float
         Sampling temperature.
+    logprobs : int
+        Top alternatives per answer token to ask for (0: no logprobs).
     """
 
     op: str
@@ -54,6 +59,7 @@ class RelQuery:
     examples: tuple[Mapping[str, object], ...] = ()
     max_tokens: int = 256
     temperature: float = 0.0
+    logprobs: int = 0
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -249,7 +255,7 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     """
     ordering.validate(rq.table.n_rows, rq.fields)
     instructions = render_instructions(rq)
-    _check_sendable(rq, instructions)
+    check_sendable(rq, instructions)
     head = instructions + "\n\n"
     cells = rq.table.cells
     # Labeled segments, rendered column by column once.
@@ -299,6 +305,7 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
             schema,
             group_of[pos],
             levels[pos],
+            rq.logprobs,
         )
         for pos, (row, parts) in enumerate(zip(ordering.rows, rows_parts, strict=True))
     ]
@@ -307,7 +314,62 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     return Plan(rq, ordering, reorder, instructions, tuple(requests), tuple(groups), tuple(shared))
 
 
-def _check_sendable(rq: RelQuery, instructions: str) -> None:
+PLAN_FORMAT = 1
+"""Version of the prompt layout; part of :func:`fingerprint`. Bump it with any change to
+ordering or rendering that changes what a plan sends."""
+
+
+def fingerprint(rq: RelQuery, reorder: str) -> str:
+    """A digest of everything that decides the requests of ``rq`` planned with ``reorder``.
+
+    Ordering and rendering are deterministic, so two relQueries with the same
+    fingerprint plan the same requests (same prompts, decoding parameters and
+    order). The result cache keys a whole call by it, to serve a re-run
+    without ordering or rendering anything (see :mod:`semframe.cache`). It
+    covers the semframe version, :data:`PLAN_FORMAT`, the method, the rendered
+    instructions, every cell, the system message, output schema and decoding
+    parameters; not the parser (answers are parsed again when served).
+
+    Examples
+    --------
+    >>> from semframe.template import parse_template
+    >>> from semframe.parse import TEXT
+    >>> t = Table.from_columns({"a": ["x", "y"]})
+    >>> rq = RelQuery("map", parse_template("Echo {a}"), t, TEXT)
+    >>> key = fingerprint(rq, "ggr")
+    >>> key == fingerprint(rq, "ggr"), key == fingerprint(rq, "none")
+    (True, False)
+    >>> u = Table.from_columns({"a": ["xy", ""]})  # the same characters, split differently
+    >>> key == fingerprint(RelQuery("map", rq.template, u, TEXT), "ggr")
+    False
+    """
+    from semframe import __version__
+
+    schema = rq.output.schema
+    head = [
+        PLAN_FORMAT,
+        __version__,
+        rq.op,
+        rq.output.kind,
+        reorder,
+        list(rq.fields),
+        render_instructions(rq),
+        rq.system,
+        None if schema is None else json.dumps(schema, sort_keys=True),
+        rq.max_tokens,
+        repr(float(rq.temperature)),
+        rq.logprobs,
+        rq.table.n_rows,
+    ]
+    digest = hashlib.sha256(json.dumps(head, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    for name in rq.fields:
+        cells = rq.table.cells[name]
+        digest.update(b"\x00" + array("q", map(len, cells)).tobytes())
+        digest.update("".join(cells).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def check_sendable(rq: RelQuery, instructions: str) -> None:
     """Fail before sending when some text is not valid Unicode (a lone surrogate).
 
     Requests travel as UTF-8, which cannot carry a lone surrogate (text decoded

@@ -6,29 +6,115 @@ sends it. Keeping the two apart lets every operator share one way of running.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
+import sqlite3
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from semframe._paths import cache_dir
 from semframe.backends import Backend, get_backend
-from semframe.cache import open_cache
+from semframe.backends.base import Usage
+from semframe.cache import ResultCache, call_key, open_cache
 from semframe.config import ResolvedConfig
 from semframe.errors import InputError
-from semframe.execute import Outcome, RunStats, execute
+from semframe.execute import (
+    Outcome,
+    RunStats,
+    bill,
+    execute,
+    plan_keys,
+    record_run,
+    serve_rows,
+)
 from semframe.frames import FrameAdapter
-from semframe.plan import Plan
+from semframe.plan import Plan, RelQuery, fingerprint, make_plan
 
 _CHAT_OVERHEAD_TOKENS = 32  # chat-template tokens around the messages, generously
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """How to plan a relQuery, kept until the plan is needed.
+
+    Ordering and rendering a large relQuery takes seconds; a call whose
+    answers are all in the result cache needs neither (see :func:`run_call`).
+
+    Attributes
+    ----------
+    relquery : RelQuery
+        What is asked (validated).
+    reorder : str
+        The reordering method.
+    """
+
+    relquery: RelQuery
+    reorder: str
+
+    def build(self) -> Plan:
+        """Order and render the relQuery."""
+        from semframe import reorder as _reorder
+
+        ordering = _reorder.order(self.relquery.table, self.reorder)
+        return make_plan(self.relquery, ordering, self.reorder)
+
+
+@dataclass(frozen=True)
 class Call:
-    """Everything an operator call resolved to, before anything is sent."""
+    """Everything an operator call resolved to, before anything is sent.
+
+    Attributes
+    ----------
+    frame : object
+        The (eager) frame of the call.
+    adapter : FrameAdapter
+        Its adapter.
+    settings : ResolvedConfig
+        The call's settings.
+    source : Plan or Recipe
+        The plan, or how to build it: :attr:`plan` builds it on first use.
+    """
 
     frame: Any
     adapter: FrameAdapter
     settings: ResolvedConfig
-    plan: Plan
+    source: Plan | Recipe
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        """The plan (ordered and rendered on first use when the call holds a recipe)."""
+        source = self.source
+        return source if isinstance(source, Plan) else source.build()
+
+    @property
+    def relquery(self) -> RelQuery:
+        """What is asked, without planning it."""
+        source = self.source
+        return source.relquery
+
+    @functools.cached_property
+    def fingerprint(self) -> str | None:
+        """The call's :func:`~semframe.plan.fingerprint`, or ``None``.
+
+        ``None`` for a call holding a ready plan, and for one whose requests are
+        not cacheable (temperature above 0).
+        """
+        source = self.source
+        if isinstance(source, Plan) or source.relquery.temperature != 0:
+            return None
+        return fingerprint(source.relquery, source.reorder)
+
+
+def with_logprobs(call: Call, top: int) -> Call:
+    """``call`` with every request asking for token logprobs (``top`` alternatives each)."""
+    source = call.source
+    if isinstance(source, Recipe):
+        rq = dataclasses.replace(source.relquery, logprobs=top)
+        return dataclasses.replace(call, source=Recipe(rq, source.reorder))
+    requests = tuple(r._replace(logprobs=top) for r in source.requests)
+    return dataclasses.replace(call, source=dataclasses.replace(source, requests=requests))
 
 
 def check_context(call: Call, backend: Backend) -> None:
@@ -71,21 +157,33 @@ def check_context(call: Call, backend: Backend) -> None:
 
 
 def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
-    """Resolve the backend, check the context window, execute; outcomes in input order."""
+    """Resolve the backend, check the context window, execute; outcomes in input order.
+
+    With the result cache on, a call indexed there whose every answer is
+    stored (a re-run) is served whole without being planned (see
+    :func:`replay`); any other call is planned, its stored answers are served
+    and the rest sent, and the call is indexed once its run ends.
+    """
     cfg = call.settings
     backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
-    check_context(call, backend)
     cache = (
         open_cache(cache_dir(cfg["cache_dir"]), max_mib=cfg["cache_max_mib"])
         if cfg["cache"]
         else None
     )
     try:
+        if cache is not None:
+            replayed = replay(call, backend, cache)
+            if replayed is not None:
+                return replayed
+        check_context(call, backend)
+        plan = call.plan
+        keys = plan_keys(plan, backend) if cache is not None else None
         if cfg["batch"]:
             from semframe.batch import run_batch
 
             outcomes, stats = run_batch(
-                call.plan,
+                plan,
                 backend,
                 directory=cache_dir(cfg["cache_dir"]),
                 poll_seconds=cfg["batch_poll_seconds"],
@@ -93,10 +191,11 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
                 progress=cfg["progress"],
                 prices=cfg["prices"],
                 cache=cache,
+                cache_keys=keys,
             )
         else:
             outcomes, stats = execute(
-                call.plan,
+                plan,
                 backend,
                 max_concurrency=cfg["max_concurrency"],
                 max_retries=cfg["max_retries"],
@@ -107,8 +206,75 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
                 deadline=cfg["timeout"] * 1.5 + 5,
                 prices=cfg["prices"],
                 cache=cache,
+                cache_keys=keys,
             )
+        if cache is not None and keys is not None and call.fingerprint is not None:
+            by_row = plan.restore(keys)
+            info = {"expected_hit_rate": plan.expected_hit_rate, "batch": stats.batch}
+            cache.put_call(call_key(backend, call.fingerprint), by_row, info)
     finally:
         if cache is not None:
             cache.close()
-    return call.plan.restore(outcomes), stats
+    return plan.restore(outcomes), stats
+
+
+def replay(
+    call: Call, backend: Backend, cache: ResultCache
+) -> tuple[list[Outcome], RunStats] | None:
+    """Serve a call whole from ``cache``, without planning it; ``None`` when it cannot be.
+
+    It can be when the cache indexes the call (its backend and
+    :attr:`Call.fingerprint`) and holds a parsable answer for every row: each
+    row gets its stored answer, nothing is sent, and the statistics count every
+    row as a cache hit with the usage (and dollars) it was first paid for.
+    """
+    fp = call.fingerprint
+    if fp is None:
+        return None
+    start = time.monotonic()
+    key = call_key(backend, fp)
+    rq = call.relquery
+    n = rq.table.n_rows
+    try:
+        entry = cache.get_call(key)
+        if entry is None or len(entry[0]) != n:
+            return None
+        keys, info = entry
+        found = cache.rows(list(dict.fromkeys(keys)))
+    except sqlite3.Error:
+        return None
+    if len(found) < len(set(keys)):
+        return None
+    outcomes: list[Outcome | None] = [None] * n
+    served = serve_rows(keys, found, rq.output.parse, outcomes, cache.clock())
+    if served.rows != n:
+        return None
+    with contextlib.suppress(sqlite3.Error):
+        cache.touch(dict.fromkeys(served.stale))
+        cache.touch_call(key)
+        cache.count_hits(backend.name, backend.model, n)
+    batch = bool(info.get("batch", False))
+    prices = call.settings["prices"]
+    stats = RunStats(
+        op=rq.op,
+        backend=backend.name,
+        model=backend.model,
+        reorder=cast(Recipe, call.source).reorder,
+        rows=n,
+        requests=0,
+        prompt_tokens=0,
+        cached_tokens=0,
+        cache_write_tokens=0,
+        output_tokens=0,
+        errors=0,
+        retries=0,
+        wall_seconds=time.monotonic() - start,
+        workers=0,
+        expected_hit_rate=float(info.get("expected_hit_rate", 0.0)),
+        dollars=bill(backend, Usage(), batch=batch, prices=prices),
+        batch=batch,
+        cache_hits=n,
+        cache_saved_dollars=bill(backend, served.usage, batch=batch, prices=prices),
+    )
+    record_run(stats)
+    return cast(list[Outcome], outcomes), stats

@@ -1,0 +1,212 @@
+"""Whole calls in the result cache: a re-run is served without ordering or rendering."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import polars as pl
+import pytest
+
+import semframe
+from semframe.backends.base import Completion, Usage
+from semframe.backends.fake import FakeBackend
+from semframe.cache import FILENAME, ResultCache
+from semframe.run import Recipe
+
+TEMPLATE = "Summarize {review} of {movie}"
+
+
+@pytest.fixture(autouse=True)
+def _fake_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEMFRAME_BACKEND", "fake")
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many plans were built (ordered and rendered) during the test."""
+    count = [0]
+    original = Recipe.build
+
+    def counting(self: Recipe) -> semframe.Plan:
+        count[0] += 1
+        return original(self)
+
+    monkeypatch.setattr(Recipe, "build", counting)
+    return count
+
+
+def _frame(n: int = 30) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "movie": [f"movie {i % 4}" for i in range(n)],
+            "review": [f"review {i}" for i in range(n)],
+        },
+        index=[f"id{(i * 7) % n}" for i in range(n)],  # not in sorted order
+    )
+
+
+def _cache_file() -> Path:
+    return Path(semframe.config()["cache_dir"]) / FILENAME
+
+
+def _stats() -> semframe.RunStats:
+    stats = semframe.last_run()
+    assert stats is not None
+    return stats
+
+
+def test_rerun_is_served_whole_without_planning(fake: FakeBackend, builds: list[int]) -> None:
+    df = _frame()
+    first = df.llm.map(TEMPLATE, out="s")
+    hit_rate = _stats().expected_hit_rate
+    assert (builds[0], len(fake.history)) == (1, 30)
+    second = df.llm.map(TEMPLATE, out="s")
+    assert (builds[0], len(fake.history)) == (1, 30), "neither planned nor sent"
+    stats = _stats()
+    assert (stats.rows, stats.requests, stats.cache_hits, stats.prompt_tokens) == (30, 0, 30, 0)
+    assert stats.expected_hit_rate == hit_rate
+    assert (stats.reorder, stats.backend) == ("ggr", "fake")
+    assert pickle.dumps(first) == pickle.dumps(second)
+    with ResultCache(_cache_file()) as cache:
+        info = cache.info()
+    assert (info.calls, info.by_model[0][3]) == (1, 30)
+
+
+def test_changed_cell_plans_again_and_sends_only_that_row(
+    fake: FakeBackend, builds: list[int]
+) -> None:
+    df = _frame()
+    df.llm.map(TEMPLATE)
+    changed = df.copy()
+    changed.iloc[5, 1] = "an entirely new review"
+    out = changed.llm.map(TEMPLATE)
+    assert builds[0] == 2
+    assert len(fake.history) == 31
+    assert "an entirely new review" in fake.history[-1].prompt
+    assert (_stats().cache_hits, _stats().requests) == (29, 1)
+    assert out.index.equals(df.index)
+    changed.llm.map(TEMPLATE)  # now indexed too
+    assert (builds[0], len(fake.history)) == (2, 31)
+
+
+def test_missing_answer_falls_back_to_sending_just_that_row(
+    fake: FakeBackend, builds: list[int]
+) -> None:
+    df = _frame()
+    first = df.llm.map(TEMPLATE)
+    with sqlite3.connect(_cache_file()) as db:
+        (key,) = db.execute("SELECT key FROM results LIMIT 1").fetchone()
+        db.execute("DELETE FROM results WHERE key = ?", (key,))
+    again = df.llm.map(TEMPLATE)
+    assert (builds[0], len(fake.history)) == (2, 31)
+    assert (_stats().cache_hits, _stats().requests) == (29, 1)
+    assert again.equals(first)
+    df.llm.map(TEMPLATE)
+    assert (builds[0], len(fake.history)) == (2, 31)
+
+
+def test_answer_that_no_longer_parses_is_not_replayed(fake: FakeBackend, builds: list[int]) -> None:
+    df = _frame(6)
+    first = df.llm.filter("Is {review} great?")
+    with sqlite3.connect(_cache_file()) as db:
+        db.execute("UPDATE results SET text = 'garbage'")
+    out = df.llm.filter("Is {review} great?")
+    assert len(fake.history) == 12
+    assert builds[0] == 2
+    assert out.equals(first)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"template": "Summarize {review} about {movie}"},
+        {"system": "Be brief."},
+        {"max_tokens": 99},
+        {"reorder": "none"},
+        {"truncate": 5},
+        {"examples": [{"review": "r", "movie": "m", "answer": "a"}]},
+    ],
+    ids=lambda v: next(iter(v)),
+)
+def test_anything_that_changes_the_requests_is_a_new_call(
+    fake: FakeBackend, builds: list[int], variant: dict[str, object]
+) -> None:
+    df = _frame(8)
+    df.llm.map(TEMPLATE)
+    kwargs = dict(variant)
+    template = str(kwargs.pop("template", TEMPLATE))
+    df.llm.map(template, **kwargs)  # type: ignore[arg-type]
+    assert builds[0] == 2
+    assert _stats().requests > 0
+
+
+def test_classify_confidences_replay(fake: FakeBackend, builds: list[int]) -> None:
+    fake.set_logprobs(True)
+    df = _frame(10)
+    labels = ["good", "bad"]
+    first = df.llm.classify("Is {review} good or bad?", labels, confidence=True)
+    assert all(r.logprobs for r in fake.history)
+    second = df.llm.classify("Is {review} good or bad?", labels, confidence=True)
+    assert (builds[0], len(fake.history)) == (1, 10)
+    assert second.equals(first)
+    assert second["label_confidence"].notna().all()
+    # without confidences the requests differ (no logprobs asked): a new call
+    df.llm.classify("Is {review} good or bad?", labels)
+    assert (builds[0], len(fake.history)) == (2, 20)
+
+
+def test_polars_rerun_is_served_whole(fake: FakeBackend, builds: list[int]) -> None:
+    df = pl.from_pandas(_frame(12).reset_index(drop=True))
+    first = df.llm.map(TEMPLATE)
+    second = df.llm.map(TEMPLATE)
+    assert (builds[0], len(fake.history)) == (1, 12)
+    assert second.equals(first)
+
+
+def test_sampled_calls_are_not_indexed(fake: FakeBackend) -> None:
+    df = _frame(5)
+    df.llm.map(TEMPLATE, temperature=0.7)
+    df.llm.map(TEMPLATE, temperature=0.7)
+    assert len(fake.history) == 10
+    with ResultCache(_cache_file()) as cache:
+        assert cache.info().calls == 0
+
+
+def test_clear_removes_call_entries(fake: FakeBackend, builds: list[int]) -> None:
+    df = _frame(5)
+    df.llm.map(TEMPLATE)
+    with ResultCache(_cache_file()) as cache:
+        assert cache.info().calls == 1
+        cache.clear()
+        assert cache.info().calls == 0
+    df.llm.map(TEMPLATE)
+    assert (builds[0], len(fake.history)) == (2, 10)
+
+
+def test_eviction_takes_call_entries_least_recently_used_first(tmp_path: Path) -> None:
+    now = [1000.0]
+    fake = FakeBackend()
+    with ResultCache(tmp_path / "c.sqlite", max_mib=0.1, clock=lambda: now[0]) as cache:
+        cache.put_call("old call", ["ab" * 32] * 1000, {})  # ~32 kB
+        now[0] += 1
+        cache.put_call("new call", ["cd" * 32] * 10, {})
+        for i in range(9):
+            now[0] += 1
+            cache.put(f"k{i}", fake, Completion(0, "x" * 10_000, Usage(1, 0, 0, 1)))
+        cache.flush()
+        assert cache.get_call("old call") is None, "the least recently used went first"
+        found = cache.get_call("new call")
+        assert found is not None
+        assert found[0] == ["cd" * 32] * 10
+        assert cache.info().bytes <= 0.1 * 2**20
+
+
+def test_rerun_under_budget_sends_nothing(fake: FakeBackend) -> None:
+    df = _frame(6)
+    first = df.llm.map(TEMPLATE, budget="5000 tokens")
+    second = df.llm.map(TEMPLATE, budget="5000 tokens")
+    assert len(fake.history) == 6
+    assert second.equals(first)
