@@ -192,7 +192,9 @@ def finish(
         tuple(v if v is not None else (not y) for v, y in zip(small.values, labels, strict=True)),
         small.confidences,
     )
-    large_est = df.llm.estimate(TEMPLATE, op="filter", backend="openai", model=LARGE_PRICE_MODEL)
+    large_est = df.llm.estimate(
+        TEMPLATE, op="filter", backend="openai", model=LARGE_PRICE_MODEL, cache=False
+    )
     large_dollars_per_row = (large_est.dollars or 0.0) / n
     small_acc = sum(v == y for v, y in zip(small.values, labels, strict=True)) / n
 

@@ -706,6 +706,15 @@ def _serve_cached(
     keep = serve_from_cache(plan, backend, cache, outcomes, totals, keys=keys)
     if not totals.cache_hits:
         return plan, keep
+    return unanswered(plan, outcomes), keep
+
+
+def unanswered(plan: Plan, outcomes: Sequence[Outcome | None]) -> Plan:
+    """The part of ``plan`` whose outcome (plan order) is still ``None``, groups kept.
+
+    Requests keep their ids (positions in ``plan``), so answers still land in
+    the right place.
+    """
     remaining = tuple(r for r in plan.requests if outcomes[r.id] is None)
     groups: list[PrefixGroup] = []
     pos = 0
@@ -714,13 +723,12 @@ def _serve_cached(
         if left:
             groups.append(PrefixGroup(pos, pos + left))
             pos += left
-    send = dataclasses.replace(
+    return dataclasses.replace(
         plan,
         requests=remaining,
         groups=tuple(groups),
         shared_chars=tuple(plan.shared_chars[r.id] for r in remaining),
     )
-    return send, keep
 
 
 def bill(

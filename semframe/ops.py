@@ -16,7 +16,7 @@ from semframe.execute import Outcome, RunStats, stop_when_var
 from semframe.frames import FrameAdapter, adapter_for, is_lazy
 from semframe.parse import BOOL, TEXT, OutputSpec, label_confidence, label_spec, record_spec
 from semframe.plan import RelQuery, check_sendable, render_instructions
-from semframe.run import Call, Recipe, run_call, with_logprobs
+from semframe.run import Call, Recipe, run_call, uncached_part, with_logprobs
 from semframe.table import Table
 from semframe.template import parse_template
 
@@ -315,7 +315,17 @@ def estimate_of(
 
     first = getattr(plan, "first", None)
     if first is None:
-        return estimate_plan(plan, settings, op=op, probe=options.probe)
+        n = len(plan.requests)
+        plan, cached = uncached_part(plan, settings)
+        notes = (
+            (
+                f"{cached:,} of {n:,} rows are answered by the result cache and not counted "
+                "(they cost nothing; cache=False estimates every row)",
+            )
+            if cached
+            else ()
+        )
+        return estimate_plan(plan, settings, op=op, probe=options.probe, notes=notes)
     total = int(getattr(plan, "max_requests", 0) or getattr(plan, "expected_comparisons", 0))
     n = len(first.requests)
     scale = total / n if n else 1.0

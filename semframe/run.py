@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -278,3 +279,42 @@ def replay(
     )
     record_run(stats)
     return cast(list[Outcome], outcomes), stats
+
+
+def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:
+    """The part of ``plan`` the result cache cannot answer now, and how many rows it can.
+
+    What an estimate or a budget should count: rows whose answers are stored
+    cost nothing. The part is planned again (its rows in ``plan``'s order,
+    each with its field order), so that it is a plan of its own. With the
+    cache off, or a backend that cannot be built here (an API without its
+    key), the whole plan.
+    """
+    from semframe.errors import ConfigError, MissingDependencyError
+    from semframe.ordering import Ordering
+
+    if not settings["cache"] or not plan.requests:
+        return plan, 0
+    try:
+        backend = get_backend(settings["backend"], model=settings["model"], settings=settings)
+    except (ConfigError, MissingDependencyError):
+        return plan, 0
+    cache = open_cache(cache_dir(settings["cache_dir"]), max_mib=settings["cache_max_mib"])
+    if cache is None:
+        return plan, 0
+    outcomes: list[Outcome | None] = [None] * len(plan.requests)
+    try:
+        keys = plan_keys(plan, backend)
+        found = cache.rows([k for k in dict.fromkeys(keys) if k is not None])
+        served = serve_rows(keys, found, plan.relquery.output.parse, outcomes, cache.clock())
+    except sqlite3.Error:
+        return plan, 0
+    finally:
+        cache.close()
+    if not served.rows:
+        return plan, 0
+    left = [i for i, o in enumerate(outcomes) if o is None]
+    rq = plan.relquery
+    sub = dataclasses.replace(rq, table=rq.table.take([plan.requests[i].row for i in left]))
+    order = Ordering(tuple(range(len(left))), tuple(plan.ordering.fields[i] for i in left))
+    return make_plan(sub, order, plan.reorder), served.rows

@@ -207,6 +207,23 @@ def test_eviction_takes_call_entries_least_recently_used_first(tmp_path: Path) -
 def test_rerun_under_budget_sends_nothing(fake: FakeBackend) -> None:
     df = _frame(6)
     first = df.llm.map(TEMPLATE, budget="5000 tokens")
-    second = df.llm.map(TEMPLATE, budget="5000 tokens")
+    # The whole call would be over this budget, but every row is answered by the cache.
+    second = df.llm.map(TEMPLATE, budget="10 tokens")
     assert len(fake.history) == 6
     assert second.equals(first)
+
+
+def test_estimate_counts_only_rows_the_cache_cannot_answer(fake: FakeBackend) -> None:
+    df = _frame(8)
+    semframe.configure(reorder="none")  # a subset's prompts are then the same as in the whole
+    full = df.llm.estimate(TEMPLATE)
+    df.iloc[:3].llm.map(TEMPLATE)
+    part = df.llm.estimate(TEMPLATE)
+    assert (full.requests, part.requests) == (8, 5)
+    assert 0 < part.tokens < full.tokens
+    assert any("3 of 8 rows are answered by the result cache" in n for n in part.notes)
+    assert df.llm.estimate(TEMPLATE, cache=False).requests == 8
+    df.llm.map(TEMPLATE)
+    done = df.llm.estimate(TEMPLATE)
+    assert (done.requests, done.tokens) == (0, 0)
+    assert len(fake.history) == 8, "estimating sends nothing"
