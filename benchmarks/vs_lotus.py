@@ -9,8 +9,11 @@ and by LOTUS:
    settings). A fresh server for every run, so no run inherits another's
    cache. semframe calls it in process (its ``local`` backend); LOTUS calls
    the same server over its OpenAI-compatible HTTP endpoint with as many
-   requests in flight as there are slots. Wall time, prompt and cached tokens
-   as the server reported them, and how often the two libraries' answers agree.
+   requests in flight as there are slots. So does ``semframe-http``: semframe
+   through its ``openai`` backend pointed at that endpoint, the same way in
+   as LOTUS, to separate what the library does from how it reaches the engine.
+   Wall time, prompt and cached tokens as the server reported them, and how
+   often each library's answers agree with the other's.
 2. **Provider emulator** (``semframe.emulator``), cold cache per run: OpenAI
    wire format billed as ``gpt-4o-mini``, and Anthropic wire format billed as
    ``claude-sonnet-4-5``. LOTUS reaches the Anthropic endpoint through
@@ -80,6 +83,8 @@ TEMPLATES["filter-rubric"] = (
     + "Is the review positive?"
 )
 MAX_TOKENS = {"filter": 32, "map": 48, "filter-rubric": 32}
+LOCAL_LIBS = ("semframe", "semframe-http", "lotus")
+"""On the local engine: semframe in process, semframe over HTTP, LOTUS over HTTP."""
 OPENAI_MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
 
@@ -153,13 +158,21 @@ def local_runs(args: argparse.Namespace, positions: list[int]) -> list[dict[str,
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
         for op in ("filter", "map"):
-            libs = ("semframe", "lotus") if rep % 2 == 0 else ("lotus", "semframe")
-            for lib in libs:
+            shift = rep % len(LOCAL_LIBS)  # each library goes first in turn
+            for lib in LOCAL_LIBS[shift:] + LOCAL_LIBS[:shift]:
                 url = fresh_engine(args.parallel)
-                if lib == "semframe":
-                    answers, wall, st = semframe_call(
-                        df, op, backend="local", local_parallel=args.parallel, progress="off"
+                if lib.startswith("semframe"):
+                    where: dict[str, Any] = (
+                        {"backend": "local", "local_parallel": args.parallel}
+                        if lib == "semframe"
+                        else {
+                            "backend": "openai",
+                            "base_url": url + "/v1",
+                            "model": "smollm2-135m",
+                            "max_concurrency": args.parallel,
+                        }
                     )
+                    answers, wall, st = semframe_call(df, op, progress="off", **where)
                     run = {
                         "prompt_tokens": st.prompt_tokens,
                         "cached_tokens": st.cached_tokens,
@@ -198,7 +211,7 @@ def local_runs(args: argparse.Namespace, positions: list[int]) -> list[dict[str,
                 run["answers"] = answers
                 runs.append(run)
                 print(
-                    f"  local {op:<6} {lib:<8} rep {rep}: {wall:7.1f} s, prompt "
+                    f"  local {op:<6} {lib:<13} rep {rep}: {wall:7.1f} s, prompt "
                     f"{run['prompt_tokens']:,}, cached {run['cached_tokens']:,}",
                     flush=True,
                 )
@@ -270,7 +283,7 @@ def med(runs: list[dict[str, Any]], key: str) -> float:
 def summarize(local_rs: list[dict[str, Any]], emu_rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for op in ("filter", "map", "filter-rubric"):
-        for lib in ("semframe", "lotus"):
+        for lib in LOCAL_LIBS:
             row: dict[str, Any] = {"op": op, "lib": lib}
             mine = [r for r in local_rs if r["op"] == op and r["lib"] == lib]
             if mine:
@@ -283,9 +296,10 @@ def summarize(local_rs: list[dict[str, Any]], emu_rs: list[dict[str, Any]]) -> l
                 row["local_cached_share_all"] = [
                     round(r["cached_tokens"] / r["prompt_tokens"], 3) for r in mine
                 ]
-                # The two libraries' answers in the same repeat, semframe's first.
-                ours = [r for r in local_rs if r["op"] == op and r["lib"] == "semframe"]
-                theirs = [r for r in local_rs if r["op"] == op and r["lib"] == "lotus"]
+                # Answers against the other library's in the same repeat (LOTUS: semframe's).
+                other = "semframe" if lib == "lotus" else "lotus"
+                ours = [r for r in local_rs if r["op"] == op and r["lib"] == lib]
+                theirs = [r for r in local_rs if r["op"] == op and r["lib"] == other]
                 agree = [
                     agreement(op, a["answers"], b["answers"])
                     for a, b in zip(ours, theirs, strict=False)
@@ -322,7 +336,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         return "-" if x is None else format(x, fmt)
 
     head = (
-        f"{'op':<13} {'library':<8} {'wall s':>7} {'prompt':>8} {'cached':>7} {'agree':>6} "
+        f"{'op':<13} {'library':<13} {'wall s':>7} {'prompt':>8} {'cached':>7} {'agree':>6} "
         f"{'OAI prompt':>10} {'OAI cached':>10} {'OAI in $':>9} {'ANT prompt':>10} "
         f"{'ANT cached':>10} {'ANT in $':>9}"
     )
@@ -332,7 +346,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         agree = r.get("agreement", {})
         a = agree.get("same_answer", agree.get("similarity"))
         print(
-            f"{r['op']:<13} {r['lib']:<8} {num(r.get('local_wall_s'), '.1f'):>7} "
+            f"{r['op']:<13} {r['lib']:<13} {num(r.get('local_wall_s'), '.1f'):>7} "
             f"{num(r.get('local_prompt_tokens')):>8} {pct(r.get('local_cached_share')):>7} "
             f"{pct(a) if a is not None else '-':>6} "
             f"{num(r.get('openai_prompt_tokens')):>10} {num(r.get('openai_cached_tokens')):>10} "
