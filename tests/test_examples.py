@@ -11,18 +11,19 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.mark.parametrize(
-    ("script", "expected"),
-    [
-        ("movies.py", ["reviews are positive", "RunStats(filter on fake"]),
-        (
-            "operators.py",
-            ["extract:", "classify:", "agg (one answer per movie):", "topk (3 of", "join"],
-        ),
-        ("contributions.py", ["Before sending anything:", "sector counts:", "extract:"]),
-        ("reorder_cost.py", ["estimate", "actual", "ggr"]),
-    ],
-)
+CASES = [
+    ("movies.py", ["reviews are positive", "RunStats(filter on fake"]),
+    (
+        "operators.py",
+        ["extract:", "classify:", "agg (one answer per movie):", "topk (3 of", "join"],
+    ),
+    ("contributions.py", ["Before sending anything:", "sector counts:", "extract:"]),
+    ("reorder_cost.py", ["estimate", "actual", "ggr"]),
+]
+"""Each example and fragments of what it must print."""
+
+
+@pytest.mark.parametrize(("script", "expected"), CASES)
 def test_example_runs_on_the_fake_backend(
     script: str,
     expected: list[str],
@@ -34,3 +35,7 @@ def test_example_runs_on_the_fake_backend(
     printed = capsys.readouterr().out
     for fragment in expected:
         assert fragment in printed
+
+
+def test_every_example_is_exercised() -> None:
+    assert {p.name for p in EXAMPLES.glob("*.py")} == {script for script, _ in CASES}
