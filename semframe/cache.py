@@ -501,13 +501,7 @@ class ResultCache:
 
     def touch_call(self, key: str) -> None:
         """Mark a call's entry as used now."""
-        with self._db_lock:
-            if self._closed:
-                return
-            with self._transaction():
-                self._db.execute(
-                    "UPDATE calls SET last_used = ? WHERE key = ?", (self.clock(), key)
-                )
+        self._apply("UPDATE calls SET last_used = ? WHERE key = ?", [(self.clock(), key)])
 
     def touch(self, keys: Iterable[str]) -> None:
         """Mark ``keys`` as used now (for the least-recently-used eviction)."""
@@ -515,27 +509,25 @@ class ResultCache:
         if not keys:
             return
         now = self.clock()
-        with self._db_lock:
-            if self._closed:
-                return
-            with self._transaction():
-                self._db.executemany(
-                    "UPDATE results SET last_used = ? WHERE key = ?", [(now, k) for k in keys]
-                )
+        self._apply("UPDATE results SET last_used = ? WHERE key = ?", [(now, k) for k in keys])
 
     def count_hits(self, backend: str, model: str, hits: int) -> None:
         """Add ``hits`` served answers to the count of ``backend``/``model`` (``cache info``)."""
         if hits <= 0:
             return
+        self._apply(
+            "INSERT INTO hits VALUES (?, ?, ?) "
+            "ON CONFLICT (backend, model) DO UPDATE SET hits = hits + excluded.hits",
+            [(backend, model, hits)],
+        )
+
+    def _apply(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run ``statement`` once per row of parameters, in one transaction (no-op once closed)."""
         with self._db_lock:
             if self._closed:
                 return
             with self._transaction():
-                self._db.execute(
-                    "INSERT INTO hits VALUES (?, ?, ?) "
-                    "ON CONFLICT (backend, model) DO UPDATE SET hits = hits + excluded.hits",
-                    (backend, model, hits),
-                )
+                self._db.executemany(statement, rows)
 
     # -- writing -----------------------------------------------------------------------
 
