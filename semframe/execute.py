@@ -615,10 +615,9 @@ def serve_from_cache(
     if keys is None:
         keys = plan_keys(plan, backend)
     try:
-        found = cache.rows([k for k in dict.fromkeys(keys) if k is not None])
+        served = serve_stored(cache, keys, plan.relquery.output.parse, outcomes)
     except sqlite3.Error:  # an unreadable cache never stops a run
-        found = {}
-    served = serve_rows(keys, found, plan.relquery.output.parse, outcomes, cache.clock())
+        served = Served(0, Usage(), [])
     totals.cache_hits = totals.done = served.rows
     totals.saved = served.usage
     with contextlib.suppress(sqlite3.Error):
@@ -647,35 +646,39 @@ def plan_keys(plan: Plan, backend: Backend) -> list[str | None]:
 
 
 class Served(NamedTuple):
-    """What :func:`serve_rows` served: rows, their stored usage, keys due a touch."""
+    """What :func:`serve_stored` served: rows, their stored usage, keys due a touch."""
 
     rows: int
     usage: Usage
     stale: list[str]
 
 
-def serve_rows(
+def serve_stored(
+    cache: ResultCache,
     keys: Sequence[str | None],
-    found: Mapping[str, tuple[Any, ...]],
     parse: Callable[[str], Any],
     outcomes: list[Outcome | None],
-    now: float,
 ) -> Served:
-    """Set ``outcomes[i]`` for each ``keys[i]`` whose stored answer parses.
+    """Set ``outcomes[i]`` for each ``keys[i]`` whose answer ``cache`` holds and parses.
 
-    ``found`` holds the stored rows (:meth:`~semframe.cache.ResultCache.rows`);
-    outcomes of keys missing there, or whose answer does not parse, stay as
-    they are. Served entries last used before ``now`` minus
-    :data:`~semframe.cache.TOUCH_SECONDS` are listed as stale.
+    Outcomes of keys not stored (or ``None``), or whose answer does not parse,
+    stay as they are. Served entries last used more than
+    :data:`~semframe.cache.TOUCH_SECONDS` ago are listed as stale.
+
+    Raises
+    ------
+    sqlite3.Error
+        When the cache cannot be read.
     """
     from semframe.cache import TOUCH_SECONDS, load_tokens
 
+    found = cache.rows([k for k in dict.fromkeys(keys) if k is not None])
     served = 0
     stale: list[str] = []
     p = c = w = o = 0
     if not found:
         return Served(0, Usage(), stale)
-    stale_before = now - TOUCH_SECONDS
+    stale_before = cache.clock() - TOUCH_SECONDS
     for i, key in enumerate(keys):
         row = found.get(key) if key is not None else None
         if row is None:

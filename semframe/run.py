@@ -28,7 +28,7 @@ from semframe.execute import (
     execute,
     plan_keys,
     record_run,
-    serve_rows,
+    serve_stored,
 )
 from semframe.frames import FrameAdapter
 from semframe.plan import Plan, RelQuery, fingerprint, make_plan
@@ -92,8 +92,7 @@ class Call:
     @property
     def relquery(self) -> RelQuery:
         """What is asked, without planning it."""
-        source = self.source
-        return source.relquery
+        return self.source.relquery
 
     @functools.cached_property
     def fingerprint(self) -> str | None:
@@ -236,18 +235,15 @@ def replay(
     key = call_key(backend, fp)
     rq = call.relquery
     n = rq.table.n_rows
+    outcomes: list[Outcome | None] = [None] * n
     try:
         entry = cache.get_call(key)
         if entry is None or len(entry[0]) != n:
             return None
         keys, info = entry
-        found = cache.rows(list(dict.fromkeys(keys)))
+        served = serve_stored(cache, keys, rq.output.parse, outcomes)
     except sqlite3.Error:
         return None
-    if len(found) < len(set(keys)):
-        return None
-    outcomes: list[Outcome | None] = [None] * n
-    served = serve_rows(keys, found, rq.output.parse, outcomes, cache.clock())
     if served.rows != n:
         return None
     with contextlib.suppress(sqlite3.Error):
@@ -305,8 +301,7 @@ def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:
     outcomes: list[Outcome | None] = [None] * len(plan.requests)
     try:
         keys = plan_keys(plan, backend)
-        found = cache.rows([k for k in dict.fromkeys(keys) if k is not None])
-        served = serve_rows(keys, found, plan.relquery.output.parse, outcomes, cache.clock())
+        served = serve_stored(cache, keys, plan.relquery.output.parse, outcomes)
     except sqlite3.Error:
         return plan, 0
     finally:
