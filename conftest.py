@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from semframe.vllm import installed_version
+from semframe.serving.vllm import installed_version
 
 # The scheduler module subclasses vLLM's and is loaded by vLLM's engine process;
 # without vLLM its docstrings cannot be imported.
-collect_ignore = [] if installed_version() else ["semframe/vllm/scheduler.py"]
+collect_ignore = [] if installed_version() else ["semframe/serving/vllm/scheduler.py"]
 
 
 @pytest.fixture(autouse=True)

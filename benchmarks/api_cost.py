@@ -1,7 +1,7 @@
 """Billed API cost by row order: original vs ``stats`` vs ``ggr``, OpenAI and Anthropic.
 
 Every run is a real ``df.llm`` call through the official SDK clients against
-the provider emulator (``semframe.emulator``), which applies each provider's
+the provider emulator (``semframe.testing.emulator``), which applies each provider's
 caching rules to the prompts it receives and bills them with semframe's dated
 price table. Nothing is estimated: the dollars are what the emulator billed.
 
@@ -48,8 +48,8 @@ from typing import Any
 import pandas as pd
 
 import semframe
-from semframe.cachesim import OpenAIRules
-from semframe.emulator import ProviderEmulator
+from semframe.cost.cachesim import OpenAIRules
+from semframe.testing.emulator import ProviderEmulator
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = (ROOT / ".." / "shared" / "data").resolve()

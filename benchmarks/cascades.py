@@ -1,7 +1,7 @@
 """Model cascades on the labeled movie-review slice: accuracy and cost by target.
 
 Stage 1 is the real local model (SmolLM2-135M-Instruct on llama.cpp, the
-``local`` backend), run through ``semframe.cascade.answer_all`` as a ``filter``
+``local`` backend), run through ``semframe.operators.cascade.answer_all`` as a ``filter``
 ("Is the review positive about the movie?"), its confidence taken from the
 logprobs of the constrained yes/no token.
 
@@ -47,7 +47,7 @@ import pandas as pd
 import semframe  # noqa: F401  (registers df.llm)
 from semframe.backends import register_backend
 from semframe.backends.base import Capabilities, Completion, Request, Usage
-from semframe.cascade import (
+from semframe.operators.cascade import (
     StageAnswers,
     answer_all,
     calibrate_profiles,
@@ -380,7 +380,7 @@ def load_policy(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """
     import numpy as np
 
-    from semframe.sim.cascades import CascadeOption, gear_plan, simulate_load
+    from semframe.serving.sim.cascades import CascadeOption, gear_plan, simulate_load
 
     options = [
         CascadeOption(

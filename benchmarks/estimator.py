@@ -38,9 +38,9 @@ from typing import Any
 import pandas as pd
 
 import semframe
-from semframe.emulator import Latency, ProviderEmulator
-from semframe.estimate import LatencyModel, calibrate_local, estimate_plan, load_calibration
-from semframe.ops import compile_call
+from semframe.cost.estimate import LatencyModel, calibrate_local, estimate_plan, load_calibration
+from semframe.operators.common import compile_call
+from semframe.testing.emulator import Latency, ProviderEmulator
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data"
@@ -153,8 +153,8 @@ def api_accuracy(rows: int) -> list[dict[str, Any]]:
 
 
 def local_wall(rows: int, recalibrate: bool) -> dict[str, Any]:
-    from semframe._paths import cache_dir
     from semframe.backends import get_backend
+    from semframe.config import cache_dir
 
     # cache=False: the probe's answers (and an earlier run's) must not be served from the
     # result cache, or the measured run would be shorter than the one estimated

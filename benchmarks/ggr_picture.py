@@ -19,7 +19,7 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from semframe.ordering import Ordering
+from semframe.core.ordering import Ordering
 from semframe.reorder import evaluate, ggr
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "img" / "ggr_ordering.png"

@@ -26,8 +26,8 @@ from pathlib import Path
 import pandas as pd
 
 from semframe.backends.local import LocalBackend
-from semframe.execute import execute
-from semframe.ops import compile_call
+from semframe.operators.common import compile_call
+from semframe.runtime.execute import execute
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "movies_small.csv"
 TEMPLATE = "Is the review {review_content} positive about the movie {movie_title} ({movie_info})?"

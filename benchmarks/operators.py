@@ -17,7 +17,7 @@ counts are what a real model would need for the same answers). Data:
 - **join, reviews x movies, embedding blocking**: the same question with
   ``block="embedding", block_on=("review_content", "movie_info")``, top 5 and
   top 10 movies per review by TF-IDF character 3-gram cosine similarity
-  (:mod:`semframe.embed`). ``own_movie_recall``: share of reviews whose own
+  (:mod:`semframe.operators.embed`). ``own_movie_recall``: share of reviews whose own
   movie (by title) is among the candidates kept.
 - **join, reviews x reviews, blocked on the movie**: "do these two reviews
   agree?" with ``on="movie_title"``. Naive: every pair of the two frames,
@@ -44,8 +44,8 @@ import semframe  # noqa: F401  (registers df.llm)
 from semframe.backends import register_backend
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
-from semframe.join import compile_join
-from semframe.ops import last_op
+from semframe.operators.common import last_op
+from semframe.operators.join import compile_join
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "movies_small.csv"
 RESULTS = Path(__file__).resolve().parent / "results" / "operators.json"

@@ -28,8 +28,8 @@ import pandas as pd
 import semframe
 from semframe.backends import register_backend
 from semframe.backends.fake import FakeBackend
-from semframe.execute import execute
-from semframe.ops import compile_call
+from semframe.operators.common import compile_call
+from semframe.runtime.execute import execute
 
 TEMPLATE = (
     "Classify the contribution from {name} ({city}, {state}) of {amount} on {date} "

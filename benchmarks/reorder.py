@@ -47,9 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
-from semframe.ordering import Ordering
+from semframe.core.ordering import Ordering
+from semframe.core.table import Table
 from semframe.reorder import evaluate, ggr, ophr, order, phc
-from semframe.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = (ROOT / ".." / "shared" / "data").resolve()

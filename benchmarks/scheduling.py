@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from semframe.sched import Budgets, RelServeScheduler, Scheduler, make_scheduler
-from semframe.sim import SimRequest, simulate
-from semframe.sim.workload import klpm_workload, load_tables, relserve_workload
+from semframe.serving.sched import Budgets, RelServeScheduler, Scheduler, make_scheduler
+from semframe.serving.sim import SimRequest, simulate
+from semframe.serving.sim.workload import klpm_workload, load_tables, relserve_workload
 
 RESULTS = Path(__file__).parent / "results"
 DOCS_IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
@@ -167,7 +167,7 @@ def overhead(n_waiting: int, steps: int) -> dict[str, Any]:
 
 
 def milp_gaps(n_instances: int) -> dict[str, Any]:
-    from semframe.sched.milp import gap_study
+    from semframe.serving.sched.milp import gap_study
 
     return gap_study(n_instances)
 
@@ -348,7 +348,7 @@ def main() -> None:
     out = {
         "quick": args.quick,
         "wall_seconds": wall,
-        "cost_model": "A100_13B roofline defaults (semframe.sched.cost)",
+        "cost_model": "A100_13B roofline defaults (semframe.serving.sched.cost)",
         "relquery_latency": rel,
         "klpm_ttft": kl,
         "overhead": ov,

@@ -2,7 +2,7 @@
 
 1. **Policies on a real engine.** A RelServe-shaped stream of relQueries over
    ``movies_small.csv`` and ``contributions.csv`` (task types, instructions and
-   fields of :mod:`semframe.sim.workload`; sizes, output limits and rate scaled
+   fields of :mod:`semframe.serving.sim.workload`; sizes, output limits and rate scaled
    down to what a CPU serves in minutes) is replayed on vLLM with our
    scheduler, once per policy: FCFS, static priority (vLLM-SP), RelServe and
    k-LPM. Each relQuery's requests arrive together, tagged with its identity and
@@ -67,9 +67,9 @@ class Job:
 
 
 def make_stream(n: int, rate: float, max_size: int, out_scale: float, seed: int) -> list[Job]:
-    """RelServe's relQuery stream (:func:`semframe.sim.workload.relserve_workload`'s
+    """RelServe's relQuery stream (:func:`semframe.serving.sim.workload.relserve_workload`'s
     recipe) with real prompt text, scaled for a CPU."""
-    from semframe.sim.workload import TASKS, load_tables, poisson_arrivals, render
+    from semframe.serving.sim.workload import TASKS, load_tables, poisson_arrivals, render
 
     rng = np.random.default_rng(seed)
     tables = load_tables(DATA)
@@ -155,7 +155,7 @@ def run_policy(
     model: str,
     tag: str = "",
 ) -> dict[str, Any]:
-    from semframe import _aio
+    from semframe.backends import aio as _aio
     from semframe.backends.base import Request
 
     trace = tmp / f"trace-{policy}{tag}.jsonl"
@@ -182,7 +182,7 @@ def run_policy(
         ]  # fmt: skip
     backend.close()
     lat = [j.latency for j in jobs]
-    from semframe.vllm.trace import read_steps, samples
+    from semframe.serving.vllm.trace import read_steps, samples
 
     steps = samples(read_steps(trace.read_text().splitlines(), after="stream"))
     prompt = sum(sum(j.prompt_tokens) for j in jobs)
@@ -211,11 +211,11 @@ def _asdict(obj: Any) -> dict[str, float]:
 
 
 def simulate_policies(jobs: list[Job], infer: Any, engine: dict[str, Any], block: int) -> dict:
-    from semframe.sched import Budgets, make_scheduler
-    from semframe.sched.base import BatchMode
-    from semframe.sched.cost import RelServeCost
-    from semframe.sim import SimRequest, simulate
-    from semframe.sim.kv import block_hashes
+    from semframe.serving.sched import Budgets, make_scheduler
+    from semframe.serving.sched.base import BatchMode
+    from semframe.serving.sched.cost import RelServeCost
+    from semframe.serving.sim import SimRequest, simulate
+    from semframe.serving.sim.kv import block_hashes
 
     budgets = Budgets(
         max_num_seqs=int(engine["max_num_seqs"]),
@@ -263,10 +263,10 @@ def hit_rates(rows: int, engine: dict[str, Any], model: str, tmp: Path) -> dict[
     import pandas as pd
 
     import semframe
-    from semframe import _aio
+    from semframe.backends import aio as _aio
     from semframe.backends import get_backend
     from semframe.backends import vllm as vb
-    from semframe.vllm.timing import calibrate_vllm
+    from semframe.serving.vllm.timing import calibrate_vllm
 
     df = pd.read_csv(DATA / "movies_small.csv").head(rows)
     df = df.fillna("")
@@ -356,8 +356,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(args.kv_gib))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from semframe.vllm import installed_version
-    from semframe.vllm.trace import calibrate_from_trace
+    from semframe.serving.vllm import installed_version
+    from semframe.serving.vllm.trace import calibrate_from_trace
 
     engine = {"max_model_len": args.max_model_len, "max_num_seqs": args.max_num_seqs,
               "max_num_batched_tokens": args.max_num_batched_tokens,
@@ -433,7 +433,7 @@ def main() -> None:
         engine_sim = dict(engine)
         engine_sim["_num_blocks"] = int(runs["fcfs"]["kv_blocks"])
         engine_sim["_relserve_cost"] = results["calibration"]["relserve"]
-        from semframe.sched.cost import InferMaxCost
+        from semframe.serving.sched.cost import InferMaxCost
 
         infer = InferMaxCost(**results["calibration"]["infermax"])
         sim = simulate_policies(jobs, infer, engine_sim, block)

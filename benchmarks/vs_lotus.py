@@ -14,7 +14,7 @@ and by LOTUS:
    as LOTUS, to separate what the library does from how it reaches the engine.
    Wall time, prompt and cached tokens as the server reported them, and how
    often each library's answers agree with the other's.
-2. **Provider emulator** (``semframe.emulator``), cold cache per run: OpenAI
+2. **Provider emulator** (``semframe.testing.emulator``), cold cache per run: OpenAI
    wire format billed as ``gpt-4o-mini``, and Anthropic wire format billed as
    ``claude-sonnet-4-5``. LOTUS reaches the Anthropic endpoint through
    litellm's own Anthropic client (``anthropic/<model>``); it sends no
@@ -52,7 +52,7 @@ import pandas as pd
 
 import semframe
 from semframe.backends import local
-from semframe.emulator import ProviderEmulator
+from semframe.testing.emulator import ProviderEmulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from api_cost import MOVIE_RUBRIC, movie_examples

@@ -27,7 +27,7 @@ from typing import Literal
 import pandas as pd
 
 import semframe
-from semframe import ops
+from semframe.operators import common as ops
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data" / "movies_small.csv"

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from semframe.accessor import LLMAccessor
 from semframe.config import config, configure, using
+from semframe.core.ordering import Ordering
+from semframe.core.plan import Plan, RelQuery
+from semframe.cost.estimate import Estimate
 from semframe.errors import (
     BudgetExceeded,
     ColumnError,
@@ -27,10 +30,7 @@ from semframe.errors import (
     SemframeError,
     TemplateError,
 )
-from semframe.estimate import Estimate
-from semframe.execute import RunStats, last_run
-from semframe.ordering import Ordering
-from semframe.plan import Plan, RelQuery
+from semframe.runtime.execute import RunStats, last_run
 
 __all__ = [
     "BudgetExceeded",

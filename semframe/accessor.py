@@ -2,7 +2,7 @@
 
 pandas rebuilds an accessor on every attribute access and Polars caches it on
 the frame, so the accessor holds nothing but the frame and delegates every call
-to :mod:`semframe.ops`.
+to :mod:`semframe.operators.common`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from semframe import agg, join, ops, topk
+from semframe.operators import agg, join, topk
+from semframe.operators import common as ops
 
 
 class LLMAccessor:
@@ -27,7 +28,7 @@ class LLMAccessor:
     ``semframe.last_run()``.
 
     Every operator also takes ``estimate=True`` (or ``dry_run=True``: the
-    same) to return its :class:`~semframe.estimate.Estimate` instead of running,
+    same) to return its :class:`~semframe.cost.estimate.Estimate` instead of running,
     ``budget=`` (dollars, ``"$0.50"``, or tokens, ``"50k tokens"``) to raise
     :class:`~semframe.errors.BudgetExceeded` before sending anything when the
     estimate is over it and to stop the run cleanly when the spend reaches it,
@@ -36,7 +37,7 @@ class LLMAccessor:
 
     ``filter``, ``classify`` and ``extract`` also take ``cascade=`` (a list of
     models, small first) with ``thresholds=``: rows the first model is unsure
-    about go to the next (see :mod:`semframe.cascade`).
+    about go to the next (see :mod:`semframe.operators.cascade`).
     """
 
     def __init__(self, frame: Any) -> None:
@@ -293,7 +294,7 @@ class LLMAccessor:
         ``<out>_confidence`` (Float64): the probability of the chosen label,
         from the logprobs of the answer tokens that spell it (each token's
         probability renormalised over its top alternatives that would still
-        spell a label; see :func:`semframe.parse.label_confidence`). With
+        spell a label; see :func:`semframe.core.parse.label_confidence`). With
         ``multi=True`` it adds one ``<out>_confidence_<label>`` column per
         label. It needs a backend that reports logprobs (``openai``,
         ``local``; ``fake`` after ``set_logprobs``); others fail before
@@ -354,7 +355,7 @@ class LLMAccessor:
         context window; a group that needs several chunks is answered chunk by
         chunk and the answers are combined, level after level, until one is
         left. Each level is one relQuery over all groups
-        (``semframe.ops.last_op()`` counts them).
+        (``semframe.operators.common.last_op()`` counts them).
 
         Parameters
         ----------
@@ -429,7 +430,7 @@ class LLMAccessor:
         better?") in a partial quicksort: each round compares every
         still-relevant row with a pivot, all in one relQuery, which costs about
         n + O(k log k) comparisons instead of n(n-1)/2
-        (``semframe.ops.last_op().counts`` has both).
+        (``semframe.operators.common.last_op().counts`` has both).
 
         Parameters
         ----------
@@ -607,10 +608,10 @@ class LLMAccessor:
         Returns
         -------
         Plan, AggPlan or TopkPlan
-            A :class:`~semframe.plan.Plan` (map, filter, extract, classify,
+            A :class:`~semframe.core.plan.Plan` (map, filter, extract, classify,
             join: exactly what is sent). agg and topk run several relQueries,
             the later ones depending on earlier answers: an
-            :class:`~semframe.agg.AggPlan` or :class:`~semframe.topk.TopkPlan`
+            :class:`~semframe.operators.agg.AggPlan` or :class:`~semframe.operators.topk.TopkPlan`
             holds the first relQuery's plan exactly and bounds the rest.
 
         Examples

@@ -1,7 +1,7 @@
 """The ``semframe`` command: ``cache info|clear``, ``serve`` and ``vllm-model``.
 
 ``semframe serve`` starts a vLLM OpenAI-compatible server with our scheduler
-(:mod:`semframe.vllm.serve`); ``semframe vllm-model NAME`` converts a known
+(:mod:`semframe.serving.vllm.serve`); ``semframe vllm-model NAME`` converts a known
 model for vLLM ahead of time and prints its directory.
 
 The cache folder is the ``cache_dir`` setting (``SEMFRAME_CACHE_DIR``, a
@@ -23,8 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from semframe._paths import cache_dir
-from semframe.cache import FILENAME, ResultCache
+from semframe.cache.store import FILENAME, ResultCache
+from semframe.config import cache_dir
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,11 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        from semframe.vllm.serve import serve
+        from semframe.serving.vllm.serve import serve
 
         return serve(args)
     if args.command == "vllm-model":
-        from semframe.vllm.convert import model_dir
+        from semframe.serving.vllm.convert import model_dir
 
         print(model_dir(args.name))
         return 0

@@ -110,7 +110,7 @@ def _prices(value: object) -> dict[str, dict[str, Any]] | None:
     if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
         msg = 'expected a mapping of model name -> {field: value} (a [prices."model"] table)'
         raise ValueError(msg)
-    from semframe.pricing import load_prices
+    from semframe.cost.pricing import load_prices
 
     table = {str(k): dict(v) for k, v in value.items()}
     load_prices(table)  # validates fields, names the valid ones
@@ -465,3 +465,21 @@ def config(**overrides: Any) -> ResolvedConfig:
             values[key] = setting.default
             sources[key] = "default"
     return ResolvedConfig(values, sources)
+
+
+def cache_dir(configured: str | os.PathLike[str] | None = None) -> Path:
+    """The cache directory, which is not created here.
+
+    ``configured`` when given, else ``$XDG_CACHE_HOME/semframe``, else
+    ``~/.cache/semframe``.
+
+    Examples
+    --------
+    >>> cache_dir("/tmp/sf").as_posix()
+    '/tmp/sf'
+    """
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "semframe"

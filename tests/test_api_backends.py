@@ -1,7 +1,7 @@
 """The OpenAI and Anthropic backends through the official SDKs, against the emulator.
 
 Every test here sends real HTTP requests with the real ``openai`` / ``anthropic``
-clients to :class:`semframe.emulator.ProviderEmulator` on loopback, which applies
+clients to :class:`semframe.testing.emulator.ProviderEmulator` on loopback, which applies
 each provider's caching and billing rules and injects faults on demand.
 """
 
@@ -17,8 +17,8 @@ import polars as pl
 import pytest
 
 import semframe
-from semframe.emulator import Fault, Latency, ProviderEmulator
 from semframe.errors import ConfigError, RowErrors, RunAborted
+from semframe.testing.emulator import Fault, Latency, ProviderEmulator
 
 KEY = "sk-test-abcdefghijklmnop0123"
 LONG = " ".join(f"word{i}" for i in range(2200))  # ~5,000 tokens: above every minimum

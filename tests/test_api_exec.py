@@ -21,10 +21,10 @@ import semframe
 from semframe.backends._api import BatchResult, BatchStatus, classify_error, retry_after, scrub
 from semframe.backends.anthropic import choose_breakpoints, min_sharers
 from semframe.backends.base import Capabilities, Completion, Request, Usage
-from semframe.batch import run_batch, state_path
 from semframe.errors import RequestRejected, RunAborted, TransientError
-from semframe.execute import _RateLimiter, execute
-from semframe.ops import compile_call
+from semframe.operators.common import compile_call
+from semframe.runtime.batch import run_batch, state_path
+from semframe.runtime.execute import _RateLimiter, execute
 
 
 def _plan(n_groups: int = 4, per_group: int = 5, op: str = "map"):  # type: ignore[no-untyped-def]

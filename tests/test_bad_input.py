@@ -8,7 +8,7 @@ import pytest
 
 from semframe.backends.fake import FakeBackend
 from semframe.errors import ColumnError, ConfigError, InputError, SemframeError, TemplateError
-from semframe.ops import llm_map
+from semframe.operators.common import llm_map
 
 DF = pd.DataFrame({"movie_title": ["Alien", "Heat"], "review": ["tense", "long"]})
 

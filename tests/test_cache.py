@@ -12,10 +12,10 @@ import pytest
 import semframe
 from semframe.backends.base import Completion, Request, Usage
 from semframe.backends.fake import FakeBackend, default_answer
-from semframe.cache import FILENAME, ResultCache, request_key
+from semframe.cache.store import FILENAME, ResultCache, request_key
 from semframe.cli import main
-from semframe.emulator import Fault, ProviderEmulator
 from semframe.errors import RunAborted
+from semframe.testing.emulator import Fault, ProviderEmulator
 
 KEY = "sk-test-cache-secret-0123456789"
 
@@ -354,9 +354,9 @@ def test_batch_cache_false_sends_everything(emu: ProviderEmulator) -> None:
 def test_batch_resume_keeps_cached_rows_and_waits_for_recorded_batches(tmp_path: Path) -> None:
     from semframe.backends._api import BatchResult, BatchStatus
     from semframe.backends.base import Capabilities
-    from semframe.batch import run_batch
     from semframe.errors import TransientError
-    from semframe.ops import compile_call
+    from semframe.operators.common import compile_call
+    from semframe.runtime.batch import run_batch
 
     class Batches:
         name, model, batch_limit = "openai", "gpt-4o-mini", 100

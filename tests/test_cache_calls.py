@@ -13,8 +13,8 @@ import pytest
 import semframe
 from semframe.backends.base import Completion, Usage
 from semframe.backends.fake import FakeBackend
-from semframe.cache import FILENAME, ResultCache
-from semframe.run import Recipe
+from semframe.cache.store import FILENAME, ResultCache
+from semframe.runtime.call import Recipe
 
 TEMPLATE = "Summarize {review} of {movie}"
 

@@ -1,4 +1,4 @@
-"""Provider cache rules (semframe.cachesim), on token sequences with an explicit clock."""
+"""Provider cache rules (semframe.cost.cachesim), on token sequences with an explicit clock."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semframe.cachesim import (
+from semframe.cost.cachesim import (
     AnthropicCacheSim,
     AnthropicRules,
     Block,

@@ -17,7 +17,8 @@ import semframe  # noqa: F401
 from semframe.backends import register_backend
 from semframe.backends.base import Request, TokenLogprob
 from semframe.backends.fake import FakeBackend
-from semframe.cascade import (
+from semframe.errors import ConfigError, InputError, SemframeError
+from semframe.operators.cascade import (
     CascadeEstimate,
     CascadePlan,
     Stage,
@@ -30,10 +31,9 @@ from semframe.cascade import (
     last_cascade,
     route,
 )
-from semframe.emulator import ProviderEmulator
-from semframe.errors import ConfigError, InputError, SemframeError
-from semframe.ops import last_op
-from semframe.sim.cascades import CascadeOption, gear_plan, simulate_load
+from semframe.operators.common import last_op
+from semframe.serving.sim.cascades import CascadeOption, gear_plan, simulate_load
+from semframe.testing.emulator import ProviderEmulator
 from tests.conftest import LOCAL_REVIEWS
 
 LABELS = ["horror", "comedy", "drama"]

@@ -14,9 +14,9 @@ import semframe  # noqa: F401  (registers df.llm)
 from semframe.backends import get_backend
 from semframe.backends.base import Request, TokenLogprob
 from semframe.backends.fake import FakeBackend
-from semframe.emulator import ProviderEmulator
+from semframe.core.parse import label_confidence
 from semframe.errors import InputError
-from semframe.parse import label_confidence
+from semframe.testing.emulator import ProviderEmulator
 
 LABELS = ["horror", "comedy", "drama"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from semframe.emulator import Latency, ManualClock, ProviderEmulator, anthropic_blocks
-from semframe.pricing import price_for
+from semframe.cost.pricing import price_for
+from semframe.testing.emulator import Latency, ManualClock, ProviderEmulator, anthropic_blocks
 
 # The SDK warns that claude-sonnet-4-5 is deprecated (and pytest turns warnings into
 # errors), so the tests use a Sonnet-priced model of their own, added as a user price.

@@ -10,8 +10,8 @@ import anthropic
 import openai
 import pytest
 
-from semframe.emulator import Fault, ProviderEmulator
-from semframe.pricing import price_for
+from semframe.cost.pricing import price_for
+from semframe.testing.emulator import Fault, ProviderEmulator
 
 OPENAI_MODEL = "gpt-4.1-nano"
 CLAUDE = "claude-haiku-4-5"

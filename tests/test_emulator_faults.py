@@ -10,7 +10,7 @@ import anthropic
 import openai
 import pytest
 
-from semframe.emulator import Fault, FaultPlan, Latency, ProviderEmulator
+from semframe.testing.emulator import Fault, FaultPlan, Latency, ProviderEmulator
 
 OPENAI_MODEL = "gpt-4o-mini"
 CLAUDE = "claude-test"

@@ -11,9 +11,9 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
-from semframe.cachesim import OpenAIRules, openai_cached_grid
-from semframe.emulator import Latency, ManualClock, ProviderEmulator, openai_prompt_tokens
-from semframe.pricing import price_for
+from semframe.cost.cachesim import OpenAIRules, openai_cached_grid
+from semframe.cost.pricing import price_for
+from semframe.testing.emulator import Latency, ManualClock, ProviderEmulator, openai_prompt_tokens
 
 MODEL = "gpt-4.1-mini"
 SHARED = "Instructions: " + " ".join(f"rule{i} applies." for i in range(600)) + "\n"

@@ -13,12 +13,12 @@ import semframe
 from semframe.backends import BACKENDS, register_backend
 from semframe.backends.base import Usage
 from semframe.backends.fake import FakeBackend
-from semframe.cachesim import OpenAIRules
-from semframe.emulator import Latency, ProviderEmulator
+from semframe.cost.cachesim import OpenAIRules
+from semframe.cost.estimate import Estimate, LatencyModel, calibrate_local, load_calibration
 from semframe.errors import BudgetExceeded, ConfigError, InputError
-from semframe.estimate import Estimate, LatencyModel, calibrate_local, load_calibration
-from semframe.execute import execute
-from semframe.ops import compile_call
+from semframe.operators.common import compile_call
+from semframe.runtime.execute import execute
+from semframe.testing.emulator import Latency, ProviderEmulator
 
 KEY = "sk-test-abcdefghijklmnop0123"
 RUBRIC = " ".join(f"Rule {i}: weigh the evidence with care." for i in range(160))  # ~1,300 tok
@@ -82,7 +82,7 @@ def test_estimate_matches_the_emulator_bill(
         "progress": "off",
     }
     call = compile_call(df, TEMPLATE, op="filter", **settings)
-    from semframe.estimate import estimate_plan
+    from semframe.cost.estimate import estimate_plan
 
     est = estimate_plan(call.plan, call.settings, latency=LatencyModel(LATENCY, 0.0))
     emu.reset()
@@ -254,7 +254,7 @@ def test_bad_budgets_fail_clearly(fake: FakeBackend, value: object, message: str
     ],
 )
 def test_budget_forms(value: object, dollars: float | None, tokens: int | None) -> None:
-    from semframe.estimate import parse_budget
+    from semframe.cost.estimate import parse_budget
 
     b = parse_budget(value)
     assert (b.dollars, b.tokens) == (dollars, tokens)
@@ -313,7 +313,7 @@ def test_batch_prices(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_fallback_breakpoints_match_the_backend(emu: ProviderEmulator) -> None:
     """Without an API key the estimator places Anthropic breakpoints as the backend does."""
     from semframe.backends import get_backend
-    from semframe.estimate import _anthropic_cuts, _Context, _Pieces, _tiktoken_encoder
+    from semframe.cost.estimate import _anthropic_cuts, _Context, _Pieces, _tiktoken_encoder
 
     df = _reviews()
     call = compile_call(df, TEMPLATE, op="filter", backend="anthropic", model="claude-test",

@@ -11,8 +11,8 @@ import pytest
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
 from semframe.errors import TransientError
-from semframe.execute import execute
-from semframe.ops import compile_call
+from semframe.operators.common import compile_call
+from semframe.runtime.execute import execute
 
 
 def _plan(df: pd.DataFrame, template: str, reorder: str = "none"):  # type: ignore[no-untyped-def]

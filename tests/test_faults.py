@@ -37,8 +37,8 @@ import semframe
 from semframe.backends import register_backend
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend, default_answer
-from semframe.cache import COMMIT_INTERVAL, FILENAME, ResultCache
-from semframe.emulator import Fault, ProviderEmulator, default_responder
+from semframe.cache.store import COMMIT_INTERVAL, FILENAME, ResultCache
+from semframe.testing.emulator import Fault, ProviderEmulator, default_responder
 
 KEY = "sk-test-faults-0123456789abcdef"
 TEMPLATE = "Summarize {review} of {movie}"
@@ -515,10 +515,10 @@ def out_of_order(tmp: Path) -> FaultReport:
 
 def disk_full(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> FaultReport:
     """The cache's disk fills up mid-run (SQLite's own SQLITE_FULL, from a page limit)."""
-    import semframe.run
+    import semframe.runtime.call
 
     opened: list[ResultCache] = []
-    real_open = semframe.run.open_cache
+    real_open = semframe.runtime.call.open_cache
 
     def tiny_disk(directory: Path, *, max_mib: float | None) -> ResultCache | None:
         cache = real_open(directory, max_mib=max_mib)
@@ -528,13 +528,13 @@ def disk_full(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture)
         opened.append(cache)
         return cache
 
-    monkeypatch.setattr(semframe.run, "open_cache", tiny_disk)
+    monkeypatch.setattr(semframe.runtime.call, "open_cache", tiny_disk)
     n = 400
     df = _frame(n)
     backend = FakeBackend(max_concurrency=4)
     register_backend("fake", lambda model, settings: backend)
     try:
-        with caplog.at_level(logging.WARNING, logger="semframe.cache"):
+        with caplog.at_level(logging.WARNING, logger="semframe.cache.store"):
             out = df.llm.map(TEMPLATE, backend="fake")
         stats = _stats()
         assert (stats.requests, stats.errors, stats.cache_hits) == (n, 0, 0)
@@ -542,7 +542,9 @@ def disk_full(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture)
         messages = [r.getMessage() for r in caplog.records]
         assert any("write failed (database or disk is full)" in m for m in messages)
         assert any("could not be stored" in m and "re-run will send" in m for m in messages)
-        monkeypatch.setattr(semframe.run, "open_cache", real_open)  # the disk has room again
+        monkeypatch.setattr(
+            semframe.runtime.call, "open_cache", real_open
+        )  # the disk has room again
         backend.history.clear()
         again = df.llm.map(TEMPLATE, backend="fake")
     finally:
@@ -572,7 +574,7 @@ def corrupt_cache(tmp: Path, caplog: pytest.LogCaptureFixture) -> FaultReport:
     backend = FakeBackend()
     register_backend("fake", lambda model, settings: backend)
     try:
-        with caplog.at_level(logging.WARNING, logger="semframe.cache"):
+        with caplog.at_level(logging.WARNING, logger="semframe.cache.store"):
             out = _frame(n).llm.map(TEMPLATE, backend="fake")
     finally:
         register_backend("fake", "semframe.backends.fake:create")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
 from semframe.errors import ColumnError, InputError, RowErrors, TransientError
-from semframe.ops import last_op
+from semframe.operators.common import last_op
 from tests.conftest import prompt_fields
 
 

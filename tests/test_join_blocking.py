@@ -10,7 +10,7 @@ import pytest
 
 import semframe  # noqa: F401  (registers df.llm)
 from semframe.errors import ColumnError, InputError, MissingDependencyError
-from semframe.ops import last_op
+from semframe.operators.common import last_op
 
 MOVIES = pd.DataFrame({"title": ["The Matrix", "Amelie", "Heat"]})
 CRITICS = pd.DataFrame(

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import semframe
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
+from semframe.core.table import fence, unfence
 from semframe.errors import RowErrors
-from semframe.table import fence, unfence
 from tests.conftest import prompt_fields
 
 REORDERS = ["none", "stats", "ggr"]

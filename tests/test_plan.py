@@ -6,8 +6,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semframe.ops import compile_call
-from semframe.table import render_value
+from semframe.core.table import render_value
+from semframe.operators.common import compile_call
 
 cell = st.one_of(
     st.text(max_size=30),

@@ -1,4 +1,4 @@
-"""The dated price table and billing arithmetic (semframe.pricing)."""
+"""The dated price table and billing arithmetic (semframe.cost.pricing)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from semframe.cost.pricing import Cost, cost, known_models, load_prices, price_for
 from semframe.errors import ConfigError
-from semframe.pricing import Cost, cost, known_models, load_prices, price_for
 
 
 def test_every_entry_is_dated_and_sourced() -> None:

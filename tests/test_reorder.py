@@ -19,8 +19,9 @@ from test_reorder_helpers import (
     tables,
 )
 
+from semframe.core.ordering import Ordering
+from semframe.core.table import Table, as_table
 from semframe.errors import ColumnError, ConfigError, InputError
-from semframe.ordering import Ordering
 from semframe.reorder import (
     METHODS,
     OPHR_MAX_CELLS,
@@ -30,7 +31,6 @@ from semframe.reorder import (
     phc,
     upper_bound,
 )
-from semframe.table import Table, as_table
 
 FAST = settings(max_examples=60, deadline=None)
 

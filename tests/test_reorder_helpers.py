@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 
 from hypothesis import strategies as st
 
-from semframe.ordering import Ordering
-from semframe.table import Table
+from semframe.core.ordering import Ordering
+from semframe.core.table import Table
 
 Measure = Callable[[str], int]
 

@@ -14,8 +14,9 @@ from test_reorder_helpers import (
     tables,
 )
 
+from semframe.core.ordering import Ordering
+from semframe.core.table import Table
 from semframe.errors import ConfigError, SemframeError
-from semframe.ordering import Ordering
 from semframe.reorder import (
     discover_fds,
     evaluate,
@@ -25,7 +26,6 @@ from semframe.reorder import (
     phc,
     upper_bound,
 )
-from semframe.table import Table
 
 
 @st.composite

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from semframe.errors import ConfigError, InputError
-from semframe.sched import (
+from semframe.serving.sched import (
     A100_13B,
     BatchShape,
     Budgets,
@@ -29,7 +29,7 @@ from semframe.sched import (
     make_scheduler,
     profile_shapes,
 )
-from semframe.sim import KVCache, SimRequest, block_hashes, simulate
+from semframe.serving.sim import KVCache, SimRequest, block_hashes, simulate
 
 
 def test_unknown_policy_lists_valid_names() -> None:
@@ -193,7 +193,7 @@ def test_infermax_evicts_short_requests_first_and_learns_output_lengths() -> Non
     b = SchedRequest(1, 0, 1, "t", 10, 50, 0.0, num_computed=300)
     assert [r.req_id for r in s.running_order([a, b])] == [1, 0]  # victim from the end: a
     assert s.reserve_tokens(a) == 50
-    from semframe.sched import BatchRecord
+    from semframe.serving.sched import BatchRecord
 
     s.observe(BatchRecord(0, 1, (), finished=(1, 2, 3), output_lens=(3, 3, 4)), _ctx())
     assert s.reserve_tokens(a) == 4

@@ -11,8 +11,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from semframe.errors import InputError
-from semframe.sched import Budgets, InferMaxCost, RelServeScheduler, Scheduler, make_scheduler
-from semframe.sched.milp import TinyRequest, gap_study, policy_cost, schedule_cost, solve_optimal
+from semframe.serving.sched import (
+    Budgets,
+    InferMaxCost,
+    RelServeScheduler,
+    Scheduler,
+    make_scheduler,
+)
+from semframe.serving.sched.milp import (
+    TinyRequest,
+    gap_study,
+    policy_cost,
+    schedule_cost,
+    solve_optimal,
+)
 
 # a cost model where overhead, prefill size and decode context all matter
 COST = InferMaxCost(

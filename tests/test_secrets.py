@@ -26,10 +26,10 @@ import pytest
 
 import semframe
 from semframe.backends import get_backend
-from semframe.batch import run_batch
-from semframe.emulator import ProviderEmulator
 from semframe.errors import RunAborted
-from semframe.progress import Progress
+from semframe.runtime.batch import run_batch
+from semframe.runtime.progress import Progress
+from semframe.testing.emulator import ProviderEmulator
 
 ENV_KEY = "sk-envkey-SECRET-0123456789abcdefghij"
 CLIENT_KEY = "sk-clientkey-SECRET-9876543210zyxwvu"
@@ -81,10 +81,10 @@ def test_env_and_client_keys_never_appear_anywhere(
     capfd: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import semframe.execute
+    import semframe.runtime.execute
 
     # draw the progress line at once (it waits a second by default)
-    monkeypatch.setattr(semframe.execute, "Progress", functools.partial(Progress, delay=0))
+    monkeypatch.setattr(semframe.runtime.execute, "Progress", functools.partial(Progress, delay=0))
     df = _frame()
     shown: list[str] = []
     for backend, url in (("openai", emu.openai_url), ("anthropic", emu.anthropic_url)):

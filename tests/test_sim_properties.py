@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from semframe.sched import BatchMode, Budgets, Policy, RelServeScheduler, make_scheduler
-from semframe.sim import SimRequest, block_hashes, simulate
+from semframe.serving.sched import BatchMode, Budgets, Policy, RelServeScheduler, make_scheduler
+from semframe.serving.sim import SimRequest, block_hashes, simulate
 
 BS = 4
 

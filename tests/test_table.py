@@ -8,8 +8,8 @@ import pandas as pd
 import polars as pl
 import pytest
 
+from semframe.core.table import MISSING, Table, as_table, render_value
 from semframe.errors import InputError
-from semframe.table import MISSING, Table, as_table, render_value
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from semframe.core.template import Placeholder, parse_template
 from semframe.errors import ColumnError, TemplateError
-from semframe.template import Placeholder, parse_template
 
 
 def test_placeholders_and_escapes() -> None:

@@ -1,10 +1,10 @@
-"""Offline token counting (semframe.tokens)."""
+"""Offline token counting (semframe.cost.tokens)."""
 
 from __future__ import annotations
 
 import pytest
 
-from semframe import tokens
+from semframe.cost import tokens
 from semframe.errors import ConfigError
 
 TEXTS = [

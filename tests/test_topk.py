@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
 from semframe.errors import InputError, RowErrors, TransientError
-from semframe.ops import last_op
-from semframe.topk import TopkPlan
+from semframe.operators.common import last_op
+from semframe.operators.topk import TopkPlan
 
 
 def value(request: Request, side: str) -> int:

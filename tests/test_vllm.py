@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 import semframe
-from semframe.vllm import installed_version
+from semframe.serving.vllm import installed_version
 
 pytestmark = [
     pytest.mark.vllm,
@@ -130,7 +130,7 @@ def test_our_scheduler_decides_admission_order(opts: dict[str, Any], trace: Path
     """A small relQuery that arrives after a large one is admitted before most of it:
     the waiting queue is ordered by RelServe, not by arrival (FCFS would admit every
     request of the large relQuery first)."""
-    from semframe import _aio
+    from semframe.backends import aio as _aio
     from semframe.backends import get_backend
     from semframe.backends.base import Request
     from semframe.config import config

@@ -19,12 +19,12 @@ from semframe.backends.base import Capabilities
 from semframe.backends.fake import FakeBackend
 from semframe.backends.vllm import VllmServerBackend, engine_args, rel_tags
 from semframe.errors import ConfigError, MissingDependencyError
-from semframe.sched.base import Budgets, SchedContext, SchedRequest
-from semframe.sched.policies import make_scheduler
-from semframe.vllm import check_version, installed_version, parse_version
-from semframe.vllm.convert import model_dir
-from semframe.vllm.queue import PolicyQueue
-from semframe.vllm.serve import server_command
+from semframe.serving.sched.base import Budgets, SchedContext, SchedRequest
+from semframe.serving.sched.policies import make_scheduler
+from semframe.serving.vllm import check_version, installed_version, parse_version
+from semframe.serving.vllm.convert import model_dir
+from semframe.serving.vllm.queue import PolicyQueue
+from semframe.serving.vllm.serve import server_command
 
 
 @dataclasses.dataclass(eq=False)
@@ -211,7 +211,7 @@ def test_server_backend_end_to_end_on_an_openai_compatible_server() -> None:
     """The server path is the OpenAI backend's: answers in order, cached tokens read
     from usage.prompt_tokens_details (here the emulator's, as a vLLM server reports them)."""
     pytest.importorskip("openai")
-    from semframe.emulator import ProviderEmulator
+    from semframe.testing.emulator import ProviderEmulator
 
     df = pd.DataFrame(
         {"topic": [" ".join(f"fact{i}" for i in range(900))] * 4, "q": ["1", "2", "3", "4"]},
@@ -241,7 +241,7 @@ def test_engine_args_keep_prefix_caching_and_our_scheduler() -> None:
         gpu=False,
     )
     assert a["enable_prefix_caching"] is True
-    assert a["scheduler_cls"] == "semframe.vllm.scheduler.SemframeScheduler"
+    assert a["scheduler_cls"] == "semframe.serving.vllm.scheduler.SemframeScheduler"
     assert a["max_num_seqs"] == 8 and a["enforce_eager"] is True
     assert engine_args("/m", scheduler="fcfs", gpu=True).get("enforce_eager") is None
     with pytest.raises(ConfigError, match="unknown scheduling policy"):
@@ -309,8 +309,8 @@ class FakeVllm(FakeBackend):
 
 def test_estimate_on_vllm_uses_the_calibrated_engine(tmp_path: Any) -> None:
     from semframe.backends import register_backend
-    from semframe.sched.cost import Calibration, InferMaxCost, RelServeCost
-    from semframe.vllm.timing import EngineModel, store_engine_model
+    from semframe.serving.sched.cost import Calibration, InferMaxCost, RelServeCost
+    from semframe.serving.vllm.timing import EngineModel, store_engine_model
 
     register_backend("vllm", lambda model, settings: FakeVllm())
     try:

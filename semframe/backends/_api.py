@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from semframe import _aio
+from semframe.backends import aio as _aio
 from semframe.backends.base import Capabilities, Completion, Request
 from semframe.errors import RequestRejected, RunAborted, SemframeError, TransientError
 
@@ -147,7 +147,7 @@ class ApiBackend:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Offline counts (exact for OpenAI models, approximate for Claude)."""
-        from semframe.tokens import count_for_model
+        from semframe.cost.tokens import count_for_model
 
         return list(count_for_model(texts, self.model).tokens)
 

@@ -29,7 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from semframe import _aio
+from semframe.backends import aio as _aio
 from semframe.backends._api import (
     ApiBackend,
     BatchResult,
@@ -75,7 +75,7 @@ def min_sharers(ttl: str) -> int:
 
 def min_cacheable_tokens(model: str, prices: Mapping[str, Mapping[str, Any]] | None = None) -> int:
     """The model's minimum cacheable prompt length (1,024 when the model is unknown)."""
-    from semframe.pricing import price_for
+    from semframe.cost.pricing import price_for
 
     try:
         return price_for(model, prices).min_cacheable_tokens
@@ -213,7 +213,7 @@ class AnthropicBackend(ApiBackend):
     def _tokens(self, text: str) -> int:
         found = self._token_cache.get(text)
         if found is None:
-            from semframe.tokens import count
+            from semframe.cost.tokens import count
 
             found = count([text])[0] if text else 0
             if len(self._token_cache) > 200_000:

@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from semframe._util import common_prefix_len
 from semframe.backends.base import Capabilities, Completion, Request, TokenLogprob, Usage
 from semframe.errors import TransientError
 
@@ -58,7 +57,7 @@ def default_answer(request: Request) -> str:
 
     Examples
     --------
-    >>> from semframe.parse import BOOL_SCHEMA
+    >>> from semframe.core.parse import BOOL_SCHEMA
     >>> r = Request(0, 0, "Is [r] positive?\\n\\nr: a great film\\n", None, 8, 0.0,
     ...             BOOL_SCHEMA, 0)
     >>> default_answer(r)
@@ -72,13 +71,38 @@ def default_answer(request: Request) -> str:
         answer = request.schema.get("properties", {}).get("answer", {})
         if set(answer.get("enum", ())) == {"yes", "no"}:
             return '{"answer": "yes"}' if _POSITIVE.search(body) else '{"answer": "no"}'
-        from semframe.emulator.responder import minimal_instance
+        from semframe.testing.emulator.responder import minimal_instance
 
         return json.dumps(minimal_instance(request.schema, body))
     values = [line.split(": ", 1)[-1] for line in body.strip("\n").splitlines()]
     text = "fake: " + " | ".join(values)
     limit = max(request.max_tokens, 1) * 4
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def common_prefix_len(a: str, b: str) -> int:
+    """Length of the common prefix of ``a`` and ``b``.
+
+    Binary search over slice comparisons: the comparisons run in C, so this is
+    fast for long prompts.
+
+    Examples
+    --------
+    >>> common_prefix_len("movie: Alien\\nreview: a", "movie: Alien\\nreview: b")
+    21
+    >>> common_prefix_len("", "x"), common_prefix_len("ab", "ab")
+    (0, 2)
+    """
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class FakeBackend:

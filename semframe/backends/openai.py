@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from semframe import _aio
+from semframe.backends import aio as _aio
 from semframe.backends._api import (
     ApiBackend,
     BatchResult,

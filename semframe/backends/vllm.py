@@ -2,7 +2,7 @@
 
 **In process** (no ``base_url``): semframe starts vLLM's async engine
 (``AsyncLLM``) with prefix caching on and our scheduler
-(:class:`semframe.vllm.scheduler.SemframeScheduler`, policy from the
+(:class:`semframe.serving.vllm.scheduler.SemframeScheduler`, policy from the
 ``vllm_scheduler`` setting) in place of vLLM's, the first time a request is
 sent; it is reused by later calls with the same settings. Requests are
 submitted in the planned (GGR) order, each tagged with its relQuery's identity
@@ -23,7 +23,7 @@ tokens come from ``usage.prompt_tokens_details`` (the server needs
 ``--enable-prompt-tokens-details``, which ``semframe serve`` sets).
 
 Models: ``smollm2-135m`` (the default; converted once from the pip-installed
-GGUF, see :mod:`semframe.vllm.convert`) or the path of a Hugging Face model
+GGUF, see :mod:`semframe.serving.vllm.convert`) or the path of a Hugging Face model
 directory. Engine arguments (``max_model_len``, ``gpu_memory_utilization``,
 ``enforce_eager``, ...) go in the ``vllm_args`` setting.
 """
@@ -40,7 +40,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from semframe import _aio
+from semframe.backends import aio as _aio
 from semframe.backends._api import reuse_backend
 from semframe.backends.base import Capabilities, Completion, Request, TokenLogprob, Usage
 from semframe.backends.openai import OpenAIBackend
@@ -48,7 +48,7 @@ from semframe.errors import ConfigError, RequestRejected, RunAborted, TransientE
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_SCHEDULER = "relserve"
-SCHEDULER_CLS = "semframe.vllm.scheduler.SemframeScheduler"
+SCHEDULER_CLS = "semframe.serving.vllm.scheduler.SemframeScheduler"
 
 _SHUT_DOWN: list[Any] = []
 """Engines already shut down, kept so that their finalizers run only at exit."""
@@ -88,7 +88,7 @@ def engine_args(
     >>> a["enable_prefix_caching"], a["max_model_len"], a["additional_config"]["semframe"]["policy"]
     (True, 2048, 'k-lpm')
     """
-    from semframe.sched.policies import Policy
+    from semframe.serving.sched.policies import Policy
 
     Policy.parse(scheduler)  # a clear error for an unknown policy, before starting anything
     args: dict[str, Any] = {"model": model_path}
@@ -141,8 +141,8 @@ class VllmBackend:
         vllm_args: Mapping[str, Any] | None = None,
         max_concurrency: int = 64,
     ) -> None:
-        from semframe.vllm import require_vllm
-        from semframe.vllm.convert import model_dir
+        from semframe.serving.vllm import require_vllm
+        from semframe.serving.vllm.convert import model_dir
 
         require_vllm()
         self.model = model

@@ -16,15 +16,15 @@ measures (:func:`phc`, :func:`hit_rate`, :func:`upper_bound`,
 
 from __future__ import annotations
 
+from semframe.core.ordering import Ordering
+from semframe.core.table import Table
 from semframe.errors import ConfigError, format_choices
-from semframe.ordering import Ordering
 from semframe.reorder._encode import Tokenizer, encode
 from semframe.reorder.fds import discover_fds
 from semframe.reorder.ggr import assemble, ggr, ggr_encoded
 from semframe.reorder.metrics import OrderScore, evaluate, hit_rate, phc, upper_bound
 from semframe.reorder.ophr import OPHR_MAX_CELLS, ophr
 from semframe.reorder.stats import stats_order
-from semframe.table import Table
 
 METHODS = ("ggr", "stats", "none")
 """Valid values of ``reorder=``; the first, ``"ggr"``, is the planner's default."""

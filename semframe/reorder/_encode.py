@@ -1,4 +1,4 @@
-"""Integer encoding of a :class:`~semframe.table.Table` for the reordering algorithms.
+"""Integer encoding of a :class:`~semframe.core.table.Table` for the reordering algorithms.
 
 Every column is factorized once: its distinct values are sorted, and each cell
 becomes the rank of its value (so comparing codes within a column compares the
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from semframe.core.ordering import Ordering
+from semframe.core.table import Table, as_table
 from semframe.errors import ColumnError, InputError, format_choices
-from semframe.ordering import Ordering
-from semframe.table import Table, as_table
 
 Tokenizer = Callable[[str], int]
 """A function returning the number of tokens of a string."""

@@ -62,8 +62,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from semframe.core.ordering import Ordering
 from semframe.errors import ConfigError
-from semframe.ordering import Ordering
 from semframe.reorder._encode import Encoded, FloatArray, IntArray, Tokenizer, encode, to_table
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
 from semframe.reorder.stats import lexsort_rows, stats_rank

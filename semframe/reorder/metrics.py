@@ -26,8 +26,8 @@ from typing import Literal
 
 import numpy as np
 
+from semframe.core.ordering import Ordering
 from semframe.errors import ConfigError, InputError, format_choices
-from semframe.ordering import Ordering
 from semframe.reorder._encode import Encoded, IntArray, Tokenizer, encode, table_for, to_table
 
 Cache = Literal["previous", "unbounded"]
@@ -56,7 +56,7 @@ class OrderScore:
 
     Examples
     --------
-    >>> from semframe.table import Table
+    >>> from semframe.core.table import Table
     >>> t = Table.from_columns({"movie": ["Alien", "Alien"], "review": ["ok", "meh"]})
     >>> s = evaluate(t, Ordering.identity(2, ("movie", "review")))
     >>> s.phc, s.upper_bound, s.prompt_units  # 'movie: Alien' (13 of 49 chars) hits
@@ -194,7 +194,7 @@ def phc(frame: object, ordering: Ordering, *, tokenizer: Tokenizer | None = None
 
     Examples
     --------
-    >>> from semframe.table import Table
+    >>> from semframe.core.table import Table
     >>> t = Table.from_columns({"id": ["1", "2", "3"], "tag": ["ab", "ab", "ab"]})
     >>> phc(t, Ordering.identity(3, ("id", "tag")))
     0
@@ -242,7 +242,7 @@ def hit_rate(
 
     Examples
     --------
-    >>> from semframe.table import Table
+    >>> from semframe.core.table import Table
     >>> t = Table.from_columns({"k": ["a", "b", "a"], "v": ["x", "y", "z"]})
     >>> o = Ordering.identity(3, ("k", "v"))
     >>> hit_rate(t, o), hit_rate(t, o, cache="unbounded")  # 'k: a' is 5 of 30 chars

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from semframe.core.ordering import Ordering
 from semframe.errors import ConfigError, InputError
-from semframe.ordering import Ordering
 from semframe.reorder._encode import Encoded, Tokenizer, encode, to_table
 from semframe.reorder.ggr import assemble
 from semframe.reorder.stats import lexsort_rows, stats_rank

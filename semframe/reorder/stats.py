@@ -23,7 +23,7 @@ def column_scores(enc: Encoded) -> FloatArray:
     Examples
     --------
     >>> from semframe.reorder._encode import encode
-    >>> from semframe.table import Table
+    >>> from semframe.core.table import Table
     >>> enc = encode(Table.from_columns({"a": ["xx", "xx", "y"], "b": ["1", "2", "3"]}))
     >>> column_scores(enc).tolist()
     [4.0, 0.0]

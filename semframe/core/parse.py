@@ -1,0 +1,564 @@
+"""Output specifications: what a relQuery's answers look like and how they parse."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from semframe.errors import SemframeError
+
+if TYPE_CHECKING:
+    from semframe.backends.base import TokenLogprob
+
+
+class ParseError(SemframeError, ValueError):
+    """An answer does not have the expected form."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """How answers of a relQuery are constrained, described and parsed.
+
+    Attributes
+    ----------
+    kind : str
+        ``"text"``, ``"bool"``, ``"record"`` (extract), ``"label"`` or
+        ``"labels"`` (classify).
+    schema : mapping or None
+        JSON schema sent to backends that can constrain decoding.
+    instruction : str
+        Output-format sentence appended to the shared instructions.
+    parse : callable
+        Raw answer text -> value; raises :class:`ParseError`.
+    """
+
+    kind: str
+    schema: Mapping[str, Any] | None
+    instruction: str
+    parse: Callable[[str], Any]
+
+
+def _parse_text(text: str) -> str:
+    return text.strip()
+
+
+TEXT = OutputSpec("text", None, "", _parse_text)
+
+BOOL_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+_YES = {"yes", "true", "y"}
+_NO = {"no", "false", "n"}
+_BARE = re.compile(r"^\W*([A-Za-z]+)\W*$")
+
+
+def parse_bool(text: str) -> bool:
+    """Parse a yes/no answer strictly.
+
+    Accepted: the JSON object ``{"answer": "yes"|"no"|true|false}``, a JSON
+    boolean or string, or a bare ``yes`` / ``no`` / ``true`` / ``false``
+    (any case, surrounding punctuation allowed). Anything else is an error,
+    never a silent default.
+
+    Examples
+    --------
+    >>> parse_bool('{"answer": "yes"}'), parse_bool("No."), parse_bool("true")
+    (True, False, True)
+    >>> parse_bool("maybe, it depends")
+    Traceback (most recent call last):
+    ...
+    semframe.core.parse.ParseError: expected a yes/no answer, got 'maybe, it depends'
+    """
+    stripped = text.strip()
+    value: Any = stripped
+    if stripped[:1] in '{"' or stripped in {"true", "false"}:
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError:
+            value = stripped
+    if isinstance(value, dict):
+        value = value.get("answer", value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        match = _BARE.match(value)
+        word = match.group(1).lower() if match else None
+        if word in _YES:
+            return True
+        if word in _NO:
+            return False
+    shown = stripped if len(stripped) <= 200 else stripped[:197] + "..."
+    msg = f"expected a yes/no answer, got {shown!r}"
+    raise ParseError(msg)
+
+
+BOOL = OutputSpec(
+    "bool",
+    BOOL_SCHEMA,
+    'Answer with a JSON object: {"answer": "yes"} or {"answer": "no"}.',
+    parse_bool,
+)
+
+
+# --- structured output (extract) -------------------------------------------------
+
+KINDS = ("str", "int", "float", "bool", "list[str]", "literal")
+"""Field kinds ``extract`` supports; ``literal`` is ``typing.Literal[...]``."""
+
+_VALID_TYPES = "str, int, float, bool, list[str], Literal[...] (each optionally | None)"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One output column of ``extract``.
+
+    Attributes
+    ----------
+    name : str
+        Column name (and JSON key).
+    kind : str
+        One of :data:`KINDS`.
+    choices : tuple
+        The allowed values of a ``literal`` field (all of one type).
+    nullable : bool
+        Whether ``null`` is a valid answer (the type was ``X | None``).
+    """
+
+    name: str
+    kind: str
+    choices: tuple[str | int | float | bool, ...] = ()
+    nullable: bool = False
+
+    @property
+    def dtype(self) -> str:
+        """Column dtype name for the frame adapters."""
+        if self.kind != "literal":
+            return self.kind
+        return {bool: "bool", int: "int", float: "float"}.get(type(self.choices[0]), "str")
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON schema of this field's value."""
+        base: dict[str, Any]
+        if self.kind == "literal":
+            base = {"enum": list(self.choices)}
+        elif self.kind == "list[str]":
+            base = {"type": "array", "items": {"type": "string"}}
+        else:
+            base = {"type": _JSON_TYPES[self.kind]}
+        return {"anyOf": [base, {"type": "null"}]} if self.nullable else base
+
+    def validate(self, value: Any) -> Any:
+        """``value`` if it has this field's type, else :class:`ParseError`.
+
+        No coercion beyond integral floats for ``int`` and ints for ``float``.
+        """
+        if value is None:
+            if self.nullable:
+                return None
+            msg = f"field {self.name!r} is null, expected {self._describe()}"
+            raise ParseError(msg)
+        kind = self.kind
+        ok: bool
+        if kind == "str":
+            ok = isinstance(value, str)
+        elif kind == "bool":
+            ok = isinstance(value, bool)
+        elif kind == "int":
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind == "float":
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        elif kind == "list[str]":
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        else:
+            ok = any(value == c and type(value) is type(c) for c in self.choices)
+        if not ok:
+            msg = f"field {self.name!r} is {_shorten(repr(value))}, expected {self._describe()}"
+            raise ParseError(msg)
+        return value
+
+    def _describe(self) -> str:
+        text = (
+            f"one of {list(self.choices)!r}" if self.kind == "literal" else f"a {self.kind} value"
+        )
+        return text + (" or null" if self.nullable else "")
+
+
+_JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+
+
+def _shorten(text: str, width: int = 200) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def field_spec(name: str, annotation: object) -> FieldSpec:
+    """The :class:`FieldSpec` of a type annotation.
+
+    Raises
+    ------
+    InputError
+        For a type ``extract`` cannot produce, listing the valid ones.
+
+    Examples
+    --------
+    >>> from typing import Literal
+    >>> field_spec("year", int | None)
+    FieldSpec(name='year', kind='int', choices=(), nullable=True)
+    >>> field_spec("mood", Literal["calm", "tense"]).json_schema()
+    {'enum': ['calm', 'tense']}
+    """
+    import types
+    import typing
+
+    from semframe.errors import InputError
+
+    nullable = False
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
+            nullable, annotation = True, args[0]
+            origin = typing.get_origin(annotation)
+    simple = {str: "str", int: "int", float: "float", bool: "bool"}
+    if isinstance(annotation, type) and annotation in simple:
+        return FieldSpec(name, simple[annotation], (), nullable)
+    if origin is list and typing.get_args(annotation) == (str,):
+        return FieldSpec(name, "list[str]", (), nullable)
+    if origin is typing.Literal:
+        choices = typing.get_args(annotation)
+        kinds = {type(c) for c in choices}
+        if not choices or len(kinds) != 1 or not kinds <= {str, int, float, bool}:
+            msg = (
+                f"schema field {name!r}: Literal choices must be non-empty and all of one "
+                f"type (str, int, float or bool), got {list(choices)!r}."
+            )
+            raise InputError(msg)
+        return FieldSpec(name, "literal", tuple(choices), nullable)
+    msg = f"schema field {name!r} has unsupported type {annotation!r}; valid types: {_VALID_TYPES}."
+    raise InputError(msg)
+
+
+def _json_object(text: str) -> Any:
+    """The JSON value in ``text``: the whole text, or its first ``{...}`` span.
+
+    Models wrap JSON in prose or code fences.
+    """
+    stripped = text.strip()
+    try:
+        return json.loads(stripped)
+    except json.JSONDecodeError:
+        pass
+    start, stop = stripped.find("{"), stripped.rfind("}")
+    if start != -1 and stop > start:
+        try:
+            return json.loads(stripped[start : stop + 1])
+        except json.JSONDecodeError:
+            pass
+    msg = f"expected a JSON object, got {_shorten(stripped)!r}"
+    raise ParseError(msg)
+
+
+def record_spec(schema: object) -> tuple[OutputSpec, tuple[FieldSpec, ...]]:
+    """The output spec of ``extract``: one JSON object with typed fields.
+
+    Parameters
+    ----------
+    schema : mapping or pydantic model class
+        Column name -> type (``str``, ``int``, ``float``, ``bool``,
+        ``list[str]``, ``Literal[...]``, each optionally ``| None``), or a
+        pydantic ``BaseModel`` subclass whose fields have those types (its
+        validators and constraints are applied too).
+
+    Returns
+    -------
+    spec : OutputSpec
+        Parses an answer into a tuple of values, one per field, in order.
+    fields : tuple of FieldSpec
+        The output columns.
+
+    Raises
+    ------
+    InputError
+        An empty schema, a non-string key, or an unsupported type.
+
+    Examples
+    --------
+    >>> spec, fields = record_spec({"year": int, "tags": list[str]})
+    >>> spec.parse('{"year": 1979, "tags": ["space", "horror"]}')
+    (1979, ['space', 'horror'])
+    >>> spec.parse('{"year": "1979", "tags": []}')
+    Traceback (most recent call last):
+    ...
+    semframe.core.parse.ParseError: field 'year' is '1979', expected a int value
+    """
+    from semframe.errors import InputError
+
+    model: Any = None
+    if isinstance(schema, type) and hasattr(schema, "model_fields"):
+        model = schema
+        items = [(name, f.annotation) for name, f in schema.model_fields.items()]
+    elif isinstance(schema, Mapping):
+        items = list(schema.items())
+    else:
+        msg = (
+            f"schema must be a mapping of column name to type or a pydantic model class, "
+            f"got {type(schema).__name__}."
+        )
+        raise InputError(msg)
+    if not items:
+        msg = "schema names no field; give at least one, e.g. {'year': int}."
+        raise InputError(msg)
+    for name, _ in items:
+        if not isinstance(name, str) or not name:
+            msg = f"schema keys must be non-empty column names (str), got {name!r}."
+            raise InputError(msg)
+    fields = tuple(field_spec(name, annotation) for name, annotation in items)
+    json_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {f.name: f.json_schema() for f in fields},
+        "required": [f.name for f in fields],
+        "additionalProperties": False,
+    }
+    names = [f.name for f in fields]
+
+    def parse(text: str) -> tuple[Any, ...]:
+        obj = _json_object(text)
+        if not isinstance(obj, dict):
+            msg = f"expected a JSON object with keys {names!r}, got {_shorten(text.strip())!r}"
+            raise ParseError(msg)
+        missing = [n for n in names if n not in obj]
+        extra = [k for k in obj if k not in names]
+        if missing or extra:
+            msg = (
+                f"expected exactly the keys {names!r}; missing {missing!r}, unexpected "
+                f"{extra!r} in {_shorten(text.strip())!r}"
+            )
+            raise ParseError(msg)
+        values = tuple(f.validate(obj[f.name]) for f in fields)
+        if model is None:
+            return values
+        import pydantic
+
+        try:
+            instance = model.model_validate(dict(zip(names, values, strict=True)))
+        except pydantic.ValidationError as exc:
+            msg = f"{model.__name__} rejected {_shorten(text.strip())!r}: {exc}"
+            raise ParseError(msg) from None
+        return tuple(getattr(instance, n) for n in names)
+
+    example = ", ".join(f'"{f.name}": ...' for f in fields)
+    instruction = (
+        "Answer with one JSON object and nothing else: {"
+        + example
+        + "}, where "
+        + "; ".join(f"{f.name} is {f._describe()}" for f in fields)
+        + "."
+    )
+    return OutputSpec("record", json_schema, instruction, parse), fields
+
+
+# --- labels (classify) ---------------------------------------------------------
+
+
+def label_spec(labels: object, *, multi: bool = False) -> OutputSpec:
+    """The output spec of ``classify``: one label (or a list of labels with ``multi``).
+
+    Accepted answers: ``{"answer": label}`` (``{"answer": [labels]}`` with
+    ``multi``), a JSON string or list, or the bare label text (any case,
+    surrounding quotes and punctuation ignored; with ``multi`` labels separated
+    by commas). A label that is not one of ``labels`` is an error.
+
+    Raises
+    ------
+    InputError
+        Fewer than two labels (one is enough with ``multi``), a label that is
+        not a non-empty string, or duplicates.
+
+    Examples
+    --------
+    >>> spec = label_spec(["horror", "comedy", "drama"])
+    >>> spec.parse('{"answer": "comedy"}'), spec.parse("Horror."), spec.parse('"drama"')
+    ('comedy', 'horror', 'drama')
+    >>> label_spec(["a", "b", "c"], multi=True).parse("c, a")
+    ['a', 'c']
+    >>> spec.parse("western")
+    Traceback (most recent call last):
+    ...
+    semframe.core.parse.ParseError: expected one of ['horror', 'comedy', 'drama'], got 'western'
+    """
+    from semframe.errors import InputError
+
+    if isinstance(labels, str) or not isinstance(labels, list | tuple):
+        msg = f"labels must be a list of strings, got {labels!r}."
+        raise InputError(msg)
+    bad = [x for x in labels if not isinstance(x, str) or not x.strip()]
+    if bad:
+        msg = f"labels must be non-empty strings; invalid: {bad!r}."
+        raise InputError(msg)
+    names: list[str] = [str(x) for x in labels]
+    if len(names) < (1 if multi else 2):
+        msg = f"classify needs at least {1 if multi else 2} label(s), got {names!r}."
+        raise InputError(msg)
+    folded = [x.strip().casefold() for x in names]
+    if len(set(folded)) != len(folded):
+        msg = f"labels must be distinct (ignoring case), got {names!r}."
+        raise InputError(msg)
+    lookup = dict(zip(folded, names, strict=True))
+
+    def one(value: object, text: str) -> str:
+        if isinstance(value, str):
+            key = value.strip().strip("\"'`.,;:!*").strip().casefold()
+            if key in lookup:
+                return lookup[key]
+        msg = f"expected one of {names!r}, got {_shorten(text.strip())!r}"
+        raise ParseError(msg)
+
+    def parse(text: str) -> Any:
+        value: Any
+        try:
+            value = _json_object(text)
+        except ParseError:
+            value = text
+        if isinstance(value, dict) and "answer" in value:
+            value = value["answer"]
+        if not multi:
+            return one(value, text)
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            msg = f"expected a list of labels from {names!r}, got {_shorten(text.strip())!r}"
+            raise ParseError(msg)
+        chosen = {one(v, text) for v in value}
+        return [x for x in names if x in chosen]
+
+    if multi:
+        item = {"type": "string", "enum": names}
+        answer: dict[str, Any] = {"type": "array", "items": item, "uniqueItems": True}
+        instruction = (
+            f"Choose every label that applies from {names!r}. Answer with a JSON object: "
+            '{"answer": [...labels...]}.'
+        )
+    else:
+        answer = {"type": "string", "enum": names}
+        instruction = (
+            f"Choose exactly one label from {names!r}. Answer with a JSON object: "
+            '{"answer": "<label>"}.'
+        )
+    schema = {
+        "type": "object",
+        "properties": {"answer": answer},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    return OutputSpec("labels" if multi else "label", schema, instruction, parse)
+
+
+_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:)?')
+
+
+def _label_spans(text: str, labels: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(label, start, end)`` of each label value spelled in ``text``, first occurrence each.
+
+    JSON string values (not keys) whose content is a label (ignoring case and
+    surrounding punctuation, as :func:`label_spec` parses) count; without any,
+    the first case-insensitive occurrence of each label in the bare text.
+    """
+    lookup = {x.strip().casefold(): x for x in labels}
+    found: dict[str, tuple[int, int]] = {}
+    for m in _JSON_STRING.finditer(text):
+        if m.group(2):
+            continue
+        key = m.group(1).strip().strip("'`.,;:!*").strip().casefold()
+        if key in lookup and lookup[key] not in found:
+            found[lookup[key]] = (m.start(1), m.end(1))
+    if not found:
+        folded = text.casefold()
+        for key, label in lookup.items():
+            at = folded.find(key)
+            if at >= 0:
+                found[label] = (at, at + len(key))
+    return [(label, a, b) for label, (a, b) in found.items()]
+
+
+def label_confidence(
+    text: str, tokens: Sequence[TokenLogprob], labels: Sequence[str]
+) -> dict[str, float]:
+    """Probability of each label spelled in ``text``, from the answer's token logprobs.
+
+    For every label found in the answer (a JSON string value, or the bare
+    text), the tokens that overlap its characters are taken. Each contributes
+    its probability renormalised over its reported top alternatives that would
+    still spell *some* label at that place: ``p(chosen) / sum(p(t) for valid
+    t)``. This is the probability of the label under the constrained answer,
+    as far as the top alternatives show it; a token reported without
+    alternatives contributes its plain probability. The label's confidence is
+    the product over its tokens. Labels whose tokens do not line up with the
+    text (the tokens do not spell ``text``) are left out.
+
+    Parameters
+    ----------
+    text : str
+        The raw answer.
+    tokens : sequence of TokenLogprob
+        The answer's tokens, in order; their texts joined must equal ``text``.
+    labels : sequence of str
+        The valid labels.
+
+    Returns
+    -------
+    dict of str to float
+        Confidence of each label present in the answer.
+
+    Examples
+    --------
+    >>> from semframe.backends.base import TokenLogprob as T
+    >>> import math
+    >>> toks = [T('{"answer": "', 0.0), T("com", math.log(0.6), (("com", math.log(0.6)),
+    ...         ("hor", math.log(0.2)), ("The", math.log(0.1)))), T('edy"}', math.log(0.9))]
+    >>> round(label_confidence('{"answer": "comedy"}', toks, ["horror", "comedy"])["comedy"], 3)
+    0.675
+
+    ``0.6 / (0.6 + 0.2)`` for the first token ("The" spells no label), times
+    ``0.9`` for the second, reported without alternatives.
+    """
+    if "".join(t.token for t in tokens) != text:
+        return {}
+    starts: list[int] = []
+    at = 0
+    for t in tokens:
+        starts.append(at)
+        at += len(t.token)
+    out: dict[str, float] = {}
+    for label, start, end in _label_spans(text, labels):
+        first = next(i for i, s in enumerate(starts) if s + len(tokens[i].token) > start)
+        head = text[starts[first] : start]
+        close = text[end : end + 1] if text[end : end + 1] == '"' else ""
+        targets = [(head + x + close).casefold() for x in labels]
+        confidence = 1.0
+        for i in range(first, len(tokens)):
+            if starts[i] >= end:
+                break
+            tok = tokens[i]
+            p = math.exp(tok.logprob)
+            if not tok.top:
+                confidence *= p
+                continue
+            before = text[starts[first] : starts[i]]
+            valid = {tok.token: tok.logprob}
+            for alt, lp in tok.top:
+                cand = (before + alt).casefold()
+                if any(t.startswith(cand) or cand.startswith(t) for t in targets):
+                    valid.setdefault(alt, lp)
+            confidence *= p / sum(math.exp(lp) for lp in valid.values())
+        out[label] = confidence
+    return out

@@ -1,0 +1,493 @@
+"""Provider prompt-cache rules over token sequences, with an explicit clock.
+
+Pure and deterministic: no wall time, no randomness, no I/O. The provider
+emulator runs every request it receives through these simulators, and the cost
+estimator runs the planned request sequence through the same code, so an
+estimate and an emulated run agree by construction.
+
+Both simulators split a request in two steps so concurrency is modelled
+honestly: :meth:`~OpenAICacheSim.begin` looks the prompt up at its arrival
+time, and :meth:`~OpenAICacheSim.complete` stores its prefixes at its
+completion time. An entry is readable only from the completion time of the
+request that wrote it, so requests that start before the first one finishes all
+miss, as on the real APIs. ``request(...)`` does both in one call.
+
+OpenAI (automatic caching)
+    * Prompts shorter than ``min_tokens`` (1,024) are never cached.
+    * Hits come in steps: ``cached = 1024 + 128 k``, the longest stored prefix
+      on that grid (never more than the prompt).
+    * A completed request stores its prefixes at every grid point.
+    * An entry expires ``ttl_s`` (default 300 s) after its last use (a hit
+      refreshes it) and at most ``max_lifetime_s`` (3,600 s) after it was
+      written.
+    * Routing: a request goes to one of ``machines`` caches chosen by a hash of
+      ``(prompt_cache_key, first 256 tokens)``; each machine has its own
+      entries. Once one route has received ``overflow_per_minute`` (15)
+      requests in the last 60 s, further requests spill to the next machine
+      (request ``n`` of the window goes to machine ``(home + n // 15) %
+      machines``), where the prefix is cold. Distinct ``prompt_cache_key``
+      values per prefix group spread a job's load over routes.
+    * Writes are free.
+
+Anthropic (explicit breakpoints)
+    * A prompt is a sequence of blocks (system blocks, then message content
+      blocks); a block may carry a breakpoint (``cache_control``) with TTL
+      ``"5m"`` or ``"1h"``. More than ``max_breakpoints`` (4) breakpoints, or a
+      ``1h`` breakpoint after a ``5m`` one, is an error (the real API answers
+      400).
+    * Lookup: at each breakpoint, the prefixes ending at that block and at the
+      block boundaries before it, ``lookback_blocks`` (20) boundaries in all,
+      are checked; the longest stored one is read (``cache_read``).
+    * Write: the tokens after the hit up to the last breakpoint whose prefix
+      reaches ``min_tokens`` (the model's minimum) are written
+      (``cache_creation``), each segment at the TTL of the breakpoint that
+      ends it. Breakpoints below the minimum are ignored without error.
+    * Tokens after that are ordinary input (``input_tokens``).
+    * On completion the prefix at every eligible breakpoint is stored; reads
+      refresh an entry's TTL.
+
+Examples
+--------
+>>> sim = OpenAICacheSim()
+>>> prompt = list(range(2000))
+>>> sim.request(prompt, arrival=0.0, completion=1.0).cached_tokens
+0
+>>> sim.request(prompt, arrival=2.0, completion=3.0).cached_tokens
+1920
+>>> sim.request(prompt, arrival=400.0, completion=401.0).cached_tokens  # expired
+0
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from semframe.errors import InputError
+
+__all__ = [
+    "AnthropicCacheSim",
+    "AnthropicResult",
+    "AnthropicRules",
+    "AnthropicTicket",
+    "Block",
+    "CacheRuleError",
+    "OpenAICacheSim",
+    "OpenAIResult",
+    "OpenAIRules",
+    "OpenAITicket",
+    "check_breakpoints",
+    "openai_cached_grid",
+]
+
+TTL = Literal["5m", "1h"]
+_TTL_SECONDS: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
+_CHUNK = 128
+
+
+class CacheRuleError(InputError):
+    """A request breaks a provider's caching rules (the real API answers 400)."""
+
+
+def openai_cached_grid(n: int, min_tokens: int = 1024, step: int = 128) -> int:
+    """Largest cacheable length ``<= n`` on OpenAI's grid (0 below the minimum).
+
+    Examples
+    --------
+    >>> openai_cached_grid(1023), openai_cached_grid(1024), openai_cached_grid(1300)
+    (0, 1024, 1280)
+    """
+    if n < min_tokens:
+        return 0
+    return min_tokens + (n - min_tokens) // step * step
+
+
+class _Prefixes:
+    """Content keys of the prefixes of one token sequence, O(n) to build."""
+
+    __slots__ = ("_chain", "_tokens")
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self._tokens = tuple(tokens)
+        chain = [0]
+        h = 0
+        for start in range(0, len(self._tokens) - _CHUNK + 1, _CHUNK):
+            h = hash((h, self._tokens[start : start + _CHUNK]))
+            chain.append(h)
+        self._chain = chain
+
+    def key(self, n: int) -> int:
+        k = n // _CHUNK
+        return hash((n, self._chain[k], self._tokens[k * _CHUNK : n]))
+
+
+@dataclass
+class _Entry:
+    available_from: float  # completion time of the request that wrote it
+    last_used: float
+    created: float
+    ttl: float
+
+    def alive(self, now: float, max_lifetime: float) -> bool:
+        return (
+            self.available_from <= now <= self.last_used + self.ttl
+            and now <= self.created + max_lifetime
+        )
+
+
+def _put(store: dict[int, _Entry], key: int, at: float, ttl: float, max_lifetime: float) -> None:
+    entry = store.get(key)
+    if entry is not None and entry.alive(at, max_lifetime):
+        entry.last_used = max(entry.last_used, at)
+        entry.ttl = max(entry.ttl, ttl)
+        entry.available_from = min(entry.available_from, at)
+    else:
+        store[key] = _Entry(available_from=at, last_used=at, created=at, ttl=ttl)
+
+
+def _prune(store: dict[int, _Entry], now: float, max_lifetime: float) -> None:
+    dead = [
+        k for k, e in store.items() if e.available_from <= now and not e.alive(now, max_lifetime)
+    ]
+    for k in dead:
+        del store[k]
+
+
+# ---------------------------------------------------------------- OpenAI
+
+
+@dataclass(frozen=True)
+class OpenAIRules:
+    """Parameters of OpenAI's automatic prompt caching.
+
+    Attributes
+    ----------
+    min_tokens : int
+        Shortest prompt that is cached (1,024).
+    step : int
+        Cached prefixes grow in steps of this many tokens (128).
+    ttl_s : float
+        Inactivity time after which an entry is evicted (5 to 10 min in
+        OpenAI's docs; 300 s here).
+    max_lifetime_s : float
+        Hard limit on an entry's life, refreshes included (1 h).
+    machines : int
+        Cache machines a model's traffic is spread over.
+    route_tokens : int
+        Leading tokens hashed (with ``prompt_cache_key``) to pick the machine.
+    overflow_per_minute : int
+        Requests per minute one route takes before spilling to other machines.
+    """
+
+    min_tokens: int = 1024
+    step: int = 128
+    ttl_s: float = 300.0
+    max_lifetime_s: float = 3600.0
+    machines: int = 8
+    route_tokens: int = 256
+    overflow_per_minute: int = 15
+
+
+@dataclass(frozen=True)
+class OpenAIResult:
+    """What one request got from the cache.
+
+    Attributes
+    ----------
+    prompt_tokens : int
+        Tokens of the prompt.
+    cached_tokens : int
+        Of which served from the cache (``prompt_tokens_details.cached_tokens``).
+    machine : int
+        Cache machine the request was routed to.
+    overflowed : bool
+        True when the route was over its rate and the request spilled over.
+    """
+
+    prompt_tokens: int
+    cached_tokens: int
+    machine: int
+    overflowed: bool
+
+
+@dataclass(frozen=True)
+class OpenAITicket:
+    """A request in flight: its lookup result and what to store on completion."""
+
+    result: OpenAIResult
+    tokens: tuple[int, ...] = field(repr=False)
+
+
+class OpenAICacheSim:
+    """OpenAI's prompt cache for one model (see the module docstring for the rules).
+
+    Not thread-safe; callers serialise access (the emulator holds a lock).
+
+    Examples
+    --------
+    >>> sim = OpenAICacheSim(OpenAIRules(machines=1))
+    >>> shared = list(range(1500))
+    >>> t = sim.begin(shared + [1, 2, 3], arrival=0.0, cache_key="g1")
+    >>> sim.complete(t, at=0.5)
+    >>> sim.request(shared + [7, 8], arrival=1.0, cache_key="g1").cached_tokens
+    1408
+    """
+
+    def __init__(self, rules: OpenAIRules | None = None) -> None:
+        self.rules = rules or OpenAIRules()
+        self._machines: list[dict[int, _Entry]] = [{} for _ in range(self.rules.machines)]
+        self._routes: dict[bytes, deque[float]] = {}
+        self._last_prune = 0.0
+
+    def _home(self, tokens: Sequence[int], cache_key: str | None) -> tuple[bytes, int]:
+        h = hashlib.blake2b(digest_size=8)
+        h.update((cache_key or "").encode("utf-8") + b"\x00")
+        for t in tokens[: self.rules.route_tokens]:
+            h.update(t.to_bytes(4, "little", signed=True))
+        route = h.digest()
+        return route, int.from_bytes(route, "little") % self.rules.machines
+
+    def begin(
+        self, tokens: Sequence[int], *, arrival: float, cache_key: str | None = None
+    ) -> OpenAITicket:
+        """Look ``tokens`` up at time ``arrival``; refreshes the entry it hits."""
+        r = self.rules
+        route, home = self._home(tokens, cache_key)
+        window = self._routes.setdefault(route, deque())
+        while window and window[0] <= arrival - 60.0:
+            window.popleft()
+        spill = len(window) // r.overflow_per_minute
+        window.append(arrival)
+        machine = (home + spill) % r.machines
+        store = self._machines[machine]
+        n = len(tokens)
+        cached = 0
+        top = openai_cached_grid(n, r.min_tokens, r.step)
+        if top:
+            prefixes = _Prefixes(tokens)
+            for length in range(top, r.min_tokens - 1, -r.step):
+                entry = store.get(prefixes.key(length))
+                if entry is not None and entry.alive(arrival, r.max_lifetime_s):
+                    cached = length
+                    break
+            if cached:
+                for length in range(r.min_tokens, cached + 1, r.step):
+                    e = store.get(prefixes.key(length))
+                    if e is not None and e.alive(arrival, r.max_lifetime_s):
+                        e.last_used = max(e.last_used, arrival)
+        result = OpenAIResult(n, cached, machine, spill > 0)
+        return OpenAITicket(result, tuple(tokens))
+
+    def complete(self, ticket: OpenAITicket, *, at: float) -> None:
+        """Store the prefixes of a request that finished at time ``at``."""
+        r = self.rules
+        top = openai_cached_grid(len(ticket.tokens), r.min_tokens, r.step)
+        store = self._machines[ticket.result.machine]
+        if at - self._last_prune > r.ttl_s:
+            for s in self._machines:
+                _prune(s, at, r.max_lifetime_s)
+            self._last_prune = at
+        if not top:
+            return
+        prefixes = _Prefixes(ticket.tokens)
+        for length in range(r.min_tokens, top + 1, r.step):
+            _put(store, prefixes.key(length), at, r.ttl_s, r.max_lifetime_s)
+
+    def request(
+        self,
+        tokens: Sequence[int],
+        *,
+        arrival: float,
+        completion: float | None = None,
+        cache_key: str | None = None,
+    ) -> OpenAIResult:
+        """:meth:`begin` then :meth:`complete` (at ``completion``, default ``arrival``)."""
+        ticket = self.begin(tokens, arrival=arrival, cache_key=cache_key)
+        self.complete(ticket, at=arrival if completion is None else completion)
+        return ticket.result
+
+
+# ---------------------------------------------------------------- Anthropic
+
+
+@dataclass(frozen=True)
+class Block:
+    """One content block of an Anthropic prompt, as tokens.
+
+    Attributes
+    ----------
+    tokens : tuple of int
+        The block's tokens (including any per-message framing tokens).
+    cache_ttl : {"5m", "1h"} or None
+        TTL of the block's ``cache_control`` breakpoint; None for no breakpoint.
+    """
+
+    tokens: tuple[int, ...]
+    cache_ttl: TTL | None = None
+
+
+@dataclass(frozen=True)
+class AnthropicRules:
+    """Parameters of Anthropic's prompt caching for one model.
+
+    Attributes
+    ----------
+    min_tokens : int
+        Model's minimum cacheable prompt length (1,024 for Sonnet/Opus 4.x,
+        2,048 for Haiku 3 and 3.5, 4,096 for Opus 4.5 and Haiku 4.5).
+    lookback_blocks : int
+        Block boundaries checked per breakpoint, the breakpoint's own included.
+    max_breakpoints : int
+        Breakpoints allowed per request.
+    """
+
+    min_tokens: int = 1024
+    lookback_blocks: int = 20
+    max_breakpoints: int = 4
+
+
+@dataclass(frozen=True)
+class AnthropicResult:
+    """Usage of one request as Anthropic reports it.
+
+    ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``
+    is the whole prompt.
+    """
+
+    input_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    ephemeral_5m_input_tokens: int
+    ephemeral_1h_input_tokens: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        """All prompt tokens, cached or not."""
+        return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+
+
+@dataclass(frozen=True)
+class AnthropicTicket:
+    """A request in flight: its usage and the prefixes to store on completion."""
+
+    result: AnthropicResult
+    writes: tuple[tuple[int, float], ...] = field(repr=False)  # (prefix key, ttl seconds)
+
+
+def check_breakpoints(blocks: Sequence[Block], max_breakpoints: int = 4) -> None:
+    """Raise :class:`CacheRuleError` where the real API would answer 400.
+
+    Examples
+    --------
+    >>> check_breakpoints([Block((1,), "5m")] * 5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.cost.cachesim.CacheRuleError: A maximum of 4 blocks with cache_control ... Found 5.
+    """
+    ttls = [b.cache_ttl for b in blocks if b.cache_ttl is not None]
+    if len(ttls) > max_breakpoints:
+        msg = (
+            f"A maximum of {max_breakpoints} blocks with cache_control may be provided. "
+            f"Found {len(ttls)}."
+        )
+        raise CacheRuleError(msg)
+    for ttl in ttls:
+        if ttl not in _TTL_SECONDS:
+            msg = f"cache_control.ttl must be one of '5m', '1h'; got {ttl!r}"
+            raise CacheRuleError(msg)
+    if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
+        msg = "a cache_control block with ttl='1h' must not come after one with ttl='5m'"
+        raise CacheRuleError(msg)
+
+
+class AnthropicCacheSim:
+    """Anthropic's prompt cache for one model (rules in the module docstring).
+
+    Not thread-safe; callers serialise access (the emulator holds a lock).
+
+    Examples
+    --------
+    >>> sim = AnthropicCacheSim(AnthropicRules(min_tokens=1024))
+    >>> instr = Block(tuple(range(1200)), "5m")
+    >>> r1 = sim.request([instr, Block((5, 6, 7))], arrival=0.0)
+    >>> r1.cache_creation_input_tokens, r1.input_tokens
+    (1200, 3)
+    >>> r2 = sim.request([instr, Block((8, 9))], arrival=1.0)
+    >>> r2.cache_read_input_tokens, r2.input_tokens
+    (1200, 2)
+    """
+
+    def __init__(self, rules: AnthropicRules | None = None) -> None:
+        self.rules = rules or AnthropicRules()
+        self._store: dict[int, _Entry] = {}
+        self._last_prune = 0.0
+
+    def begin(self, blocks: Sequence[Block], *, arrival: float) -> AnthropicTicket:
+        """Look the prompt up at time ``arrival``; refreshes the entry it reads.
+
+        Raises
+        ------
+        CacheRuleError
+            More than ``max_breakpoints`` breakpoints, or a bad TTL order.
+        """
+        r = self.rules
+        check_breakpoints(blocks, r.max_breakpoints)
+        tokens: list[int] = []
+        ends: list[int] = []
+        for b in blocks:
+            tokens.extend(b.tokens)
+            ends.append(len(tokens))
+        total = len(tokens)
+        bps = [i for i, b in enumerate(blocks) if b.cache_ttl is not None]
+        eligible = [i for i in bps if ends[i] >= r.min_tokens]
+        if not eligible:
+            return AnthropicTicket(AnthropicResult(total, 0, 0, 0, 0), ())
+        prefixes = _Prefixes(tokens)
+        never = float("inf")
+        hit = 0
+        for i in bps:
+            for j in range(i, max(-1, i - r.lookback_blocks), -1):
+                n = ends[j]
+                if n <= hit or n < r.min_tokens:
+                    continue
+                entry = self._store.get(prefixes.key(n))
+                if entry is not None and entry.alive(arrival, never):
+                    hit = n
+                    entry.last_used = max(entry.last_used, arrival)
+                    break
+        w5 = w1 = 0
+        prev = hit
+        writes: list[tuple[int, float]] = []
+        for i in eligible:
+            ttl = blocks[i].cache_ttl or "5m"  # eligible breakpoints carry a TTL
+            seg = ends[i] - prev
+            if seg > 0:
+                if ttl == "1h":
+                    w1 += seg
+                else:
+                    w5 += seg
+                prev = ends[i]
+            writes.append((prefixes.key(ends[i]), _TTL_SECONDS[ttl]))
+        written = w5 + w1
+        result = AnthropicResult(total - hit - written, hit, written, w5, w1)
+        return AnthropicTicket(result, tuple(writes))
+
+    def complete(self, ticket: AnthropicTicket, *, at: float) -> None:
+        """Store the prefixes of a request that finished at time ``at``."""
+        never = float("inf")
+        if at - self._last_prune > 300.0:
+            _prune(self._store, at, never)
+            self._last_prune = at
+        for key, ttl in ticket.writes:
+            _put(self._store, key, at, ttl, never)
+
+    def request(
+        self, blocks: Sequence[Block], *, arrival: float, completion: float | None = None
+    ) -> AnthropicResult:
+        """:meth:`begin` then :meth:`complete` (at ``completion``, default ``arrival``)."""
+        ticket = self.begin(blocks, arrival=arrival)
+        self.complete(ticket, at=arrival if completion is None else completion)
+        return ticket.result

@@ -1,0 +1,485 @@
+"""``df.llm.agg``: one answer per group (or one overall), reduced hierarchically.
+
+Rows are read in the GGR order of the template's fields, so rows that share
+values sit next to each other. Each group's rows are folded, in that order, into
+chunks that fit the backend's context window; every chunk is one request. A
+group that fits one chunk is answered at once. Otherwise its chunk answers are
+combined, again in chunks that fit, level after level, until one answer is left.
+Every level is one relQuery over all groups that still need it (run with
+``run_call``), ordered so that a group's requests follow each other and share
+the instructions and the group's key as a prefix.
+
+Inside a chunk, fields whose value is the same on every row of the chunk are
+written once (``shared by all rows:``) rather than on every row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from semframe import reorder as _reorder
+from semframe.backends import get_backend
+from semframe.config import ResolvedConfig, config
+from semframe.core.frames import FrameAdapter
+from semframe.core.ordering import Ordering
+from semframe.core.parse import TEXT
+from semframe.core.plan import Plan, RelQuery, make_plan
+from semframe.core.table import Table
+from semframe.core.template import Template, parse_template
+from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
+from semframe.operators.common import (
+    _apply_truncate,
+    check_new_columns,
+    check_options,
+    collect,
+    estimate_of,
+    guarded,
+    pop_run_options,
+    record_op,
+    relazy,
+    run,
+)
+from semframe.operators.parts import parts_call
+from semframe.runtime.execute import RunStats
+
+ROWS_FIELD = "rows"
+PARTS_FIELD = "partial answers"
+_OVERHEAD_TOKENS = 64  # chat template, segment labels and separators, generously
+_SAFETY = 0.9  # token counts of pieces add up only approximately
+
+_LEAF = (
+    "Answer this for all the rows below taken together (they may be one part of a "
+    "larger set; answer for the rows shown)."
+)
+_COMBINE = (
+    "The rows were too many for one request, so they were answered in parts. Below are "
+    "the answers for each part. Combine them into one answer, as if answering for all "
+    "the rows at once."
+)
+
+
+@dataclass(frozen=True)
+class AggPlan:
+    """What ``agg`` will send: its first relQuery exactly, and the size of the rest.
+
+    Attributes
+    ----------
+    first : Plan
+        Level 0: one request per chunk of rows.
+    groups : int
+        Number of groups (one answer each).
+    chunks : tuple of int
+        Chunks per group, in the result's group order.
+    levels : int
+        Levels of reduction needed at most, level 0 included (assuming every
+        partial answer uses the full ``max_tokens``).
+    max_requests : int
+        Requests over all levels at most (the same assumption).
+    chunk_tokens : int or None
+        Token budget of a chunk's rows (``None``: no known context window, one
+        chunk per group).
+    """
+
+    first: Plan
+    groups: int
+    chunks: tuple[int, ...]
+    levels: int
+    max_requests: int
+    chunk_tokens: int | None
+
+    def explain(self, n: int = 3) -> str:
+        """The level-0 plan's explanation, preceded by the reduction's shape."""
+        head = (
+            f"AggPlan: {self.groups} group(s), {sum(self.chunks)} chunk(s) at level 0 "
+            f"(largest group {max(self.chunks, default=0)}), up to {self.levels} level(s) "
+            f"and {self.max_requests} request(s) in all; chunk budget {self.chunk_tokens} tokens"
+        )
+        return head + "\n" + self.first.explain(n)
+
+
+@dataclass(frozen=True)
+class _Agg:
+    frame: Any
+    adapter: FrameAdapter
+    settings: ResolvedConfig
+    by: tuple[str, ...]
+    out: str
+    keys: tuple[tuple[str, ...], ...]  # rendered key of each group
+    firsts: tuple[int, ...]  # first row of each group
+    chunk_rows: tuple[tuple[tuple[int, ...], ...], ...]  # per group, its chunks' rows
+    plan: AggPlan
+    budget: int | None
+    template: Template
+
+
+def _check_by(by: object, columns: Sequence[str]) -> tuple[str, ...]:
+    if by is None:
+        return ()
+    names = [by] if isinstance(by, str) else by
+    if not isinstance(names, list | tuple) or not all(isinstance(b, str) for b in names):
+        msg = f"by must be a column name or a list of column names, got {by!r}."
+        raise InputError(msg)
+    for b in names:
+        if b not in columns:
+            msg = (
+                f"by names column {b!r}, which the frame does not have."
+                f"{did_you_mean(b, columns)} Available columns: {', '.join(map(repr, columns))}."
+            )
+            raise ColumnError(msg)
+    if len(set(names)) != len(names):
+        msg = f"by names a column twice: {list(names)!r}."
+        raise InputError(msg)
+    return tuple(names)
+
+
+def _level_template(parsed: Template, by: Sequence[str], field: str, note: str) -> Template:
+    text = parsed.text + "\n" + note
+    return Template(text, (*parsed.parts, "\n" + note), (*by, field))
+
+
+def _render_chunk(table: Table, rows: Sequence[int], orders: Mapping[int, Sequence[str]]) -> str:
+    fields = orders[rows[0]] if rows else ()
+    shared = [f for f in fields if len(rows) > 1 and len({table.cells[f][r] for r in rows}) == 1]
+    lines = []
+    if shared:
+        lines.append("shared by all rows:")
+        lines.extend(f"  {f}: {table.cells[f][rows[0]]}" for f in shared)
+    for n, r in enumerate(rows, 1):
+        own = [f for f in orders[r] if f not in shared]
+        lines.append(f"row {n}:")
+        lines.extend(f"  {f}: {table.cells[f][r]}" for f in own)
+    return "\n" + "\n".join(lines)
+
+
+def _fold(sizes: Sequence[int], budget: int | None) -> list[tuple[int, int]]:
+    """Greedy chunks ``[start, stop)`` of consecutive items whose sizes fit ``budget``."""
+    if budget is None:
+        return [(0, len(sizes))] if sizes else []
+    chunks: list[tuple[int, int]] = []
+    start, used = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and used + size > budget:
+            chunks.append((start, i))
+            start, used = i, 0
+        used += size
+    if sizes:
+        chunks.append((start, len(sizes)))
+    return chunks
+
+
+def _compile(
+    frame: Any,
+    template: str,
+    *,
+    by: str | Sequence[str] | None = None,
+    out: str = "llm_output",
+    max_tokens: int | None = None,
+    system: str | None = None,
+    truncate: int | Mapping[str, int] | None = None,
+    chunk_tokens: int | None = None,
+    **settings: Any,
+) -> _Agg:
+    frame, adapter = collect(frame)
+    cfg = config(**settings)
+    columns = adapter.columns(frame)
+    parsed = parse_template(template).resolve(columns)
+    by_cols = _check_by(by, columns)
+    max_tokens = check_options("agg", max_tokens, system)
+    if chunk_tokens is not None and (
+        isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1
+    ):
+        msg = f"chunk_tokens must be a positive int (tokens per chunk), got {chunk_tokens!r}."
+        raise InputError(msg)
+    fields = tuple(f for f in parsed.fields if f not in by_cols)
+    if not fields:
+        msg = (
+            f"the template names only the by columns {list(by_cols)!r}; name at least one "
+            "other column, whose rows are summarised."
+        )
+        raise InputError(msg)
+    if ROWS_FIELD in by_cols or PARTS_FIELD in by_cols:
+        msg = f"by may not name a column {ROWS_FIELD!r} or {PARTS_FIELD!r} (used by agg's prompts)."
+        raise InputError(msg)
+    table = _apply_truncate(adapter.to_table(frame, fields), truncate)
+    keys_table = adapter.to_table(frame, by_cols)
+    check_new_columns(adapter, frame, [out])
+    if cfg["errors"] == "keep":
+        check_new_columns(adapter, frame, [f"{out}_error"], "error column")
+
+    # Rows in the GGR order of the fields; groups in order of first appearance.
+    ordering = _reorder.order(table, cfg["reorder"])
+    orders = dict(zip(ordering.rows, ordering.fields, strict=True))
+    group_of: dict[tuple[str, ...], int] = {}
+    firsts: list[int] = []
+    for r in range(table.n_rows):
+        key = tuple(keys_table.cells[b][r] for b in by_cols)
+        if key not in group_of:
+            group_of[key] = len(firsts)
+            firsts.append(r)
+    keys = list(group_of)
+    members: list[list[int]] = [[] for _ in keys]
+    for r in ordering.rows:
+        members[group_of[tuple(keys_table.cells[b][r] for b in by_cols)]].append(r)
+
+    backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
+    level0 = _level_template(parsed, by_cols, ROWS_FIELD, _LEAF)
+    level1 = _level_template(parsed, by_cols, PARTS_FIELD, _COMBINE)
+    row_texts = [_render_chunk(table, [r], orders) for r in range(table.n_rows)]
+    window = backend.capabilities.context_window
+    fixed = ([level0, level1], keys, by_cols, system)
+    # A text's UTF-8 byte length bounds its token count from above: when every
+    # group fits by bytes, nothing needs the tokenizer (which may start an engine).
+    budget = _budget(window, chunk_tokens, max_tokens, *fixed, _utf8_sizes, backend, exact=False)
+    sizes = _utf8_sizes(row_texts)
+    if budget is None or any(sum(sizes[r] + 4 for r in rows) > budget for rows in members):
+        budget = _budget(window, chunk_tokens, max_tokens, *fixed, backend.count_tokens, backend)
+        sizes = backend.count_tokens(row_texts) if budget is not None else [0] * table.n_rows
+    labels = adapter.labels(frame)
+    for r, size in enumerate(sizes):
+        if budget is not None and size > budget:
+            longest = max(fields, key=lambda c: len(table.cells[c][r]))
+            length = len(table.cells[longest][r])
+            msg = (
+                f"row {r} (label {labels[r]!r}) needs about {size} tokens, more than the "
+                f"{budget} a chunk of agg's rows may hold on {backend.name}/{backend.model}. "
+                f"Its longest cell is column {longest!r} ({length:,} characters); pass "
+                f"truncate={{{longest!r}: {max(1, length * budget // max(size, 1) // 2)}}}."
+            )
+            raise InputError(msg)
+    chunk_rows = tuple(
+        tuple(tuple(rows[a:b]) for a, b in _fold([sizes[r] + 4 for r in rows], budget))
+        for rows in members
+    )
+    first = _level_plan(
+        level0,
+        by_cols,
+        ROWS_FIELD,
+        [
+            (keys[g], _render_chunk(table, c, orders))
+            for g, chunks in enumerate(chunk_rows)
+            for c in chunks
+        ],
+        max_tokens,
+        system,
+        cfg,
+    )
+    levels, total = _shape([len(c) for c in chunk_rows], budget, max_tokens)
+    plan = AggPlan(first, len(keys), tuple(len(c) for c in chunk_rows), levels, total, budget)
+    return _Agg(
+        frame,
+        adapter,
+        cfg,
+        by_cols,
+        out,
+        tuple(keys),
+        tuple(firsts),
+        chunk_rows,
+        plan,
+        budget,
+        level1,
+    )
+
+
+def _utf8_sizes(texts: Sequence[str]) -> list[int]:
+    return [len(t.encode()) for t in texts]
+
+
+def _budget(  # noqa: PLR0917
+    window: int | None,
+    chunk_tokens: int | None,
+    max_tokens: int,
+    templates: Sequence[Template],
+    keys: Sequence[tuple[str, ...]],
+    by: Sequence[str],
+    system: str | None,
+    count: Callable[[Sequence[str]], list[int]],
+    backend: Any,
+    *,
+    exact: bool = True,
+) -> int | None:
+    """Tokens a chunk's rows may take; ``chunk_tokens`` caps it.
+
+    The window less output, instructions and the longest group key (sized
+    with ``count``), with a safety margin. Not ``exact`` (sizes are upper
+    bounds): ``None`` where only exact counts can tell whether anything fits.
+    """
+    if window is None:
+        return chunk_tokens
+    fixed_texts = [t.instruction() for t in templates]
+    longest_key = max(keys, key=lambda k: sum(map(len, k)), default=("",) * len(by))
+    fixed_texts.append("".join(f"{b}: {v}\n" for b, v in zip(by, longest_key, strict=True)))
+    fixed_texts.append(system or "")
+    counts = count(fixed_texts)
+    fixed = max(counts[: len(templates)]) + sum(counts[len(templates) :])
+    room = int(_SAFETY * (window - max_tokens - _OVERHEAD_TOKENS)) - fixed
+    if room < 2 * (max_tokens + 8):
+        if not exact:
+            return None
+        msg = (
+            f"agg cannot fit two partial answers of max_tokens={max_tokens} in one request "
+            f"on {backend.name}/{backend.model} (context window {window} tokens, of which "
+            f"{fixed} are instructions); lower max_tokens or shorten the template."
+        )
+        raise InputError(msg)
+    return int(room if chunk_tokens is None else min(room, chunk_tokens))
+
+
+def _shape(chunks: Sequence[int], budget: int | None, max_tokens: int) -> tuple[int, int]:
+    """(levels, requests) at most, if every partial answer is ``max_tokens`` long."""
+    per = max(2, (budget or 0) // (max_tokens + 8)) if budget is not None else 0
+    levels, total = (1 if chunks else 0), sum(chunks)
+    current = [c for c in chunks if c > 1]
+    while current:
+        levels += 1
+        current = [-(-c // per) if per else 1 for c in current]
+        total += sum(current)
+        current = [c for c in current if c > 1]
+    return levels, total
+
+
+def _level_plan(  # noqa: PLR0917
+    template: Template,
+    by: Sequence[str],
+    field: str,
+    items: Sequence[tuple[tuple[str, ...], str]],
+    max_tokens: int,
+    system: str | None,
+    cfg: ResolvedConfig,
+) -> Plan:
+    data: dict[str, tuple[str, ...]] = {b: tuple(k[i] for k, _ in items) for i, b in enumerate(by)}
+    data[field] = tuple(text for _, text in items)
+    table = Table((*by, field), data, len(items))
+    rq = RelQuery("agg", template, table, TEXT, system, (), max_tokens, cfg["temperature"])
+    # Items come grouped (a group's chunks in GGR row order); the key leads every
+    # prompt so a group's requests share it. Reordering the level table itself
+    # would lead with the unique chunk text instead.
+    ordering = Ordering.identity(len(items), (*by, field))
+    return make_plan(rq, ordering, "grouped")
+
+
+def plan_agg(frame: Any, template: str, **kwargs: Any) -> AggPlan:
+    """Implementation of ``df.llm.plan(op="agg")``: nothing is sent."""
+    return _compile(frame, template, **kwargs).plan
+
+
+def llm_agg(frame: Any, template: str, **kwargs: Any) -> Any:
+    """Implementation of ``df.llm.agg``; see the accessor for documentation."""
+    options = pop_run_options(kwargs)
+    agg = _compile(frame, template, **kwargs)
+    est = estimate_of(agg.plan, agg.settings, options, "agg")
+    if options.dry_run:
+        return est
+    return guarded(options, est, frame, lambda: _run_agg(frame, agg))
+
+
+def _run_agg(frame: Any, agg: _Agg) -> Any:
+    cfg = agg.settings
+    labels = agg.adapter.labels(agg.frame)
+    n_groups = len(agg.keys)
+    answers: list[str | None] = [None] * n_groups
+    errors: dict[int, str] = {}
+    runs: list[RunStats] = []
+    # Work items of the current level: (group, text, label) per request.
+    pending: list[tuple[int, str, str]] = []
+    level_plan = agg.plan.first
+    items = [
+        (g, _label(agg, g, c, labels)) for g, chunks in enumerate(agg.chunk_rows) for c in chunks
+    ]
+    level = 0
+    while items:
+        call = parts_call([label for _, label in items], cfg, level_plan)
+        outcomes = run(call, runs)
+        partials: dict[int, list[str]] = {}
+        for (g, label), outcome in zip(items, outcomes, strict=True):
+            if g in errors:
+                continue
+            if not outcome.ok:
+                errors[g] = (
+                    f"{outcome.error_kind} error at level {level} in {label}: {outcome.error} "
+                    f"(after {outcome.attempts} attempt(s))"
+                )
+                continue
+            partials.setdefault(g, []).append(str(outcome.value))
+        pending = []
+        for g, texts in partials.items():
+            if g in errors:
+                continue
+            if len(texts) == 1:
+                answers[g] = texts[0]
+            else:
+                pending.extend((g, t, f"group {_key(agg, g)}") for t in texts)
+        if not pending:
+            break
+        level += 1
+        level_plan, items = _next_level(agg, pending, level)
+    record_op("agg", runs, levels=level + 1 if runs else 0, groups=n_groups)
+    # Each group's first row carries its key columns (dtypes kept); the answer is
+    # added to it, then only the key and answer columns are kept (selecting
+    # first would leave Polars a frame with no columns and so no rows).
+    result = agg.adapter.take(agg.frame, list(agg.firsts))
+    result = agg.adapter.with_column(result, agg.out, answers, "str")
+    columns = [*agg.by, agg.out]
+    failed = [
+        RowError(g, _key(agg, g), "agg", errors[g], 0) for g in range(n_groups) if g in errors
+    ]
+    if cfg["errors"] == "keep":
+        reasons = [errors.get(g) for g in range(n_groups)]
+        columns.append(f"{agg.out}_error")
+        result = agg.adapter.with_column(result, columns[-1], reasons, "str")
+    result = agg.adapter.reset_labels(agg.adapter.select(result, columns))
+    if failed and cfg["errors"] != "keep":
+        raise RowErrors(failed, relazy(frame, result))
+    return relazy(frame, result)
+
+
+def _key(agg: _Agg, g: int) -> object:
+    key = agg.keys[g]
+    return key[0] if len(key) == 1 else (key if key else "(all rows)")
+
+
+def _label(agg: _Agg, g: int, chunk: Sequence[int], labels: Sequence[object]) -> str:
+    n = len(agg.chunk_rows[g])
+    where = f"group {_key(agg, g)!r}" if agg.by else "all rows"
+    return (
+        f"chunk of {where} ({len(chunk)} row(s), labels {labels[chunk[0]]!r}..."
+        f"{labels[chunk[-1]]!r}; {n} chunk(s) in the group)"
+    )
+
+
+def _next_level(
+    agg: _Agg, pending: Sequence[tuple[int, str, str]], level: int
+) -> tuple[Plan, list[tuple[int, str]]]:
+    """Fold each group's partial answers into chunks that fit; one relQuery for all."""
+    cfg = agg.settings
+    backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
+    texts = [f"\npart {i + 1}: {t}" for i, (_, t, _) in enumerate(pending)]
+    sizes = backend.count_tokens(texts) if agg.budget is not None else [0] * len(texts)
+    by_group: dict[int, list[int]] = {}
+    for i, (g, _, _) in enumerate(pending):
+        by_group.setdefault(g, []).append(i)
+    items: list[tuple[tuple[str, ...], str]] = []
+    work: list[tuple[int, str]] = []
+    for g, idx in by_group.items():
+        budget = agg.budget
+        chunks = _fold([sizes[i] for i in idx], budget)
+        if len(chunks) == 1 or len(chunks) == len(idx):
+            # All fit, or none pair up: combine everything / halves, never stall.
+            chunks = [(0, len(idx))] if len(chunks) == 1 else _halves(len(idx))
+        for a, b in chunks:
+            body = "".join(
+                f"\npart {j + 1}: {pending[idx[k]][1]}" for j, k in enumerate(range(a, b))
+            )
+            items.append((agg.keys[g], body))
+            where = f"group {_key(agg, g)!r}" if agg.by else "all rows"
+            work.append((g, f"level-{level} combination of {where} (parts {a + 1}-{b})"))
+    max_tokens = agg.plan.first.relquery.max_tokens
+    plan = _level_plan(
+        agg.template, agg.by, PARTS_FIELD, items, max_tokens, agg.plan.first.relquery.system, cfg
+    )
+    return plan, work
+
+
+def _halves(n: int) -> list[tuple[int, int]]:
+    return [(i, min(i + 2, n)) for i in range(0, n, 2)]
