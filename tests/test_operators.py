@@ -128,7 +128,7 @@ def test_plan_explain(fake: FakeBackend) -> None:
 def _movies_path() -> str:
     from pathlib import Path
 
-    return str(Path(__file__).resolve().parents[2] / "shared" / "data" / "movies_small.csv")
+    return str(Path(__file__).resolve().parent / "data" / "movies_slice.csv")
 
 
 def test_parse_errors_are_reported_not_defaulted(fake: FakeBackend) -> None:

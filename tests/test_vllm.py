@@ -39,7 +39,7 @@ if installed_version() is None:
         allow_module_level=True,
     )
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "movies_small.csv"
+DATA = Path(__file__).resolve().parent / "data" / "movies_slice.csv"
 ENGINE = {"max_model_len": 2048, "max_num_seqs": 2}
 
 
