@@ -38,7 +38,7 @@ import platform
 import shutil
 import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ import pandas as pd
 import semframe  # noqa: F401  (registers df.llm)
 from semframe.backends import register_backend
 from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.cost.models import SlotCost
 from semframe.operators.cascade import (
     StageAnswers,
     answer_all,
@@ -70,24 +71,26 @@ class OracleBackend:
     """Answers each row with its hand label (matched by review text): the large stage."""
 
     name = "oracle"
+    endpoint = None
 
     def __init__(self, truth: Mapping[str, bool]) -> None:
         self.model = "hand-labels"
         self.truth = dict(truth)
         self.capabilities = Capabilities(json_schema=True, max_concurrency=8)
+        self.cost = SlotCost(self.model, self.count_tokens, 8, engine=self.name)
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
-        for r in requests:
-            hits = [v for k, v in self.truth.items() if k in r.prompt]
-            answer = "yes" if hits and hits[0] else "no"
-            yield Completion(
-                r.id, f'{{"answer": "{answer}"}}', Usage(prompt_tokens=len(r.prompt) // 4)
-            )
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
+        hits = [v for k, v in self.truth.items() if k in request.prompt]
+        answer = "yes" if hits and hits[0] else "no"
+        return Completion(
+            request.id, f'{{"answer": "{answer}"}}', Usage(prompt_tokens=len(request.prompt) // 4)
+        )
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return [len(t) // 4 for t in texts]
+
+    def close(self) -> None:
+        pass
 
 
 def main() -> None:

@@ -38,8 +38,11 @@ from typing import Any
 import pandas as pd
 
 import semframe
-from semframe.cost.estimate import LatencyModel, calibrate_local, estimate_plan, load_calibration
+from semframe.cost.calibration import load_calibration
+from semframe.cost.models import LatencyModel
 from semframe.operators.common import compile_call
+from semframe.runtime.calibrate import calibrate_local
+from semframe.runtime.estimate import estimate_plan
 from semframe.testing.emulator import Latency, ProviderEmulator
 
 HERE = Path(__file__).resolve().parent

@@ -41,10 +41,10 @@ from pathlib import Path
 import pandas as pd
 
 import semframe  # noqa: F401  (registers df.llm)
+from semframe import last_op
 from semframe.backends import register_backend
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
-from semframe.operators.common import last_op
 from semframe.operators.join import compile_join
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "movies_small.csv"

@@ -28,6 +28,7 @@ import pandas as pd
 import semframe
 from semframe.backends import register_backend
 from semframe.backends.fake import FakeBackend
+from semframe.core.frames import Frame, NewColumn, Output
 from semframe.operators.common import compile_call
 from semframe.runtime.execute import execute
 
@@ -57,19 +58,20 @@ def run_once(df: pd.DataFrame, reorder: str) -> dict[str, float]:
     backend = FakeBackend(lambda request: "ok")
     register_backend("fake", lambda model, settings: backend)
     t0 = time.perf_counter()
-    call = compile_call(df, TEMPLATE, op="map", backend="fake", reorder=reorder, progress="off")
+    frame = Frame.of(df)
+    call = compile_call(frame, TEMPLATE, op="map", backend="fake", reorder=reorder, progress="off")
     t1 = time.perf_counter()
     outcomes, _ = execute(call.plan, backend, progress="off")
     t2 = time.perf_counter()
     values = call.plan.restore(outcomes)
-    out = call.adapter.with_column(df, "label", [o.value for o in values], "str")
+    out = frame.build(Output(columns=(NewColumn("label", [o.value for o in values]),)))
     t3 = time.perf_counter()
     assert len(out) == len(df)
     assert len(backend.history) == len(df)
     alone = FakeBackend(lambda request: "ok")
     t4 = time.perf_counter()
-    for _ in alone.generate(call.plan.requests, slot=0):
-        pass
+    for request in call.plan.requests:
+        alone.complete(request, slot=0)
     fake = time.perf_counter() - t4
     return {
         "compile": t1 - t0,

@@ -266,7 +266,7 @@ def hit_rates(rows: int, engine: dict[str, Any], model: str, tmp: Path) -> dict[
     from semframe.backends import aio as _aio
     from semframe.backends import get_backend
     from semframe.backends import vllm as vb
-    from semframe.serving.vllm.timing import calibrate_vllm
+    from semframe.backends.vllm import calibrate_vllm
 
     df = pd.read_csv(DATA / "movies_small.csv").head(rows)
     df = df.fillna("")

@@ -27,7 +27,6 @@ from typing import Literal
 import pandas as pd
 
 import semframe
-from semframe.operators import common as ops
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "data" / "movies_small.csv"
@@ -86,7 +85,7 @@ def main() -> None:
     best = reviews.llm.topk(
         "Which review recommends its movie more strongly: {review_content}", 3, **opts
     )
-    calls = ops.last_op()
+    calls = semframe.last_op()
     print(f"topk (3 of {len(reviews)} with {calls.llm_calls if calls else '?'} LLM calls):")
     print(best[["movie_title", "review_content"]].to_string(max_colwidth=60), "\n")
 

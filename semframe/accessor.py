@@ -2,7 +2,8 @@
 
 pandas rebuilds an accessor on every attribute access and Polars caches it on
 the frame, so the accessor holds nothing but the frame and delegates every call
-to :mod:`semframe.operators.common`.
+to the operator registry (:mod:`semframe.operators.registry`). Operators
+registered there by other packages appear as ``df.llm.<name>`` too.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from semframe.operators import agg, join, topk
-from semframe.operators import common as ops
+from semframe.operators import registry
 
 
 class LLMAccessor:
@@ -99,7 +99,8 @@ class LLMAccessor:
         a  Alien  1979  fake: Alien | 1979
         b   Heat  1995   fake: Heat | 1995
         """
-        return ops.llm_map(
+        return registry.invoke(
+            "map",
             self._frame,
             template,
             out=out,
@@ -160,7 +161,8 @@ class LLMAccessor:
         │ I loved it   │
         └──────────────┘
         """
-        return ops.llm_filter(
+        return registry.invoke(
+            "filter",
             self._frame,
             template,
             max_tokens=max_tokens,
@@ -233,10 +235,11 @@ class LLMAccessor:
         >>> out.dtypes.astype(str).tolist()
         ['str', 'Int64', 'boolean']
         """
-        return ops.llm_extract(
+        return registry.invoke(
+            "extract",
             self._frame,
             template,
-            schema,
+            schema=schema,
             max_tokens=max_tokens,
             system=system,
             examples=examples,
@@ -320,10 +323,11 @@ class LLMAccessor:
         │ a heist in LA          ┆ crime  │
         └────────────────────────┴────────┘
         """
-        return ops.llm_classify(
+        return registry.invoke(
+            "classify",
             self._frame,
             template,
-            labels,
+            labels=labels,
             out=out,
             multi=multi,
             max_tokens=max_tokens,
@@ -355,7 +359,7 @@ class LLMAccessor:
         context window; a group that needs several chunks is answered chunk by
         chunk and the answers are combined, level after level, until one is
         left. Each level is one relQuery over all groups
-        (``semframe.operators.common.last_op()`` counts them).
+        (``semframe.last_op()`` counts them).
 
         Parameters
         ----------
@@ -397,7 +401,8 @@ class LLMAccessor:
         0    Up  2 review(s)
         1  Heat  1 review(s)
         """
-        return agg.llm_agg(
+        return registry.invoke(
+            "agg",
             self._frame,
             template,
             by=by,
@@ -430,7 +435,7 @@ class LLMAccessor:
         better?") in a partial quicksort: each round compares every
         still-relevant row with a pivot, all in one relQuery, which costs about
         n + O(k log k) comparisons instead of n(n-1)/2
-        (``semframe.operators.common.last_op().counts`` has both).
+        (``semframe.last_op().counts`` has both).
 
         Parameters
         ----------
@@ -465,10 +470,11 @@ class LLMAccessor:
         1  a long and detailed review
         3                    good one
         """
-        return topk.llm_topk(
+        return registry.invoke(
+            "topk",
             self._frame,
             template,
-            k,
+            k=k,
             seed=seed,
             max_tokens=max_tokens,
             system=system,
@@ -542,10 +548,11 @@ class LLMAccessor:
         0  Alien       Alien  a great ride
         1   Heat        Heat    I loved it
         """
-        return join.llm_join(
+        return registry.invoke(
+            "join",
             self._frame,
-            other,
             template,
+            other=other,
             on=on,
             suffix=suffix,
             max_tokens=max_tokens,
@@ -590,7 +597,7 @@ class LLMAccessor:
         >>> est.requests, est.planned.output_tokens_max, est.dollars > 0
         (3, 96, True)
         """
-        return ops.llm_estimate(self._frame, template, op=op, **kwargs)
+        return registry.estimate(op, self._frame, template, **kwargs)
 
     def plan(self, template: str, *, op: str = "map", **kwargs: Any) -> Any:
         """The plan of an operator call, without running it; nothing is sent.
@@ -624,4 +631,20 @@ class LLMAccessor:
         >>> df.llm.plan("Best {review}", op="topk", k=1, backend="fake").naive_comparisons
         3
         """
-        return ops.llm_plan(self._frame, template, op=op, **kwargs)
+        return registry.plan(op, self._frame, template, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        """An operator registered by name (:func:`semframe.register_operator`)."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        operator = registry.OPERATORS.get(name)
+        if operator is None:
+            valid = ", ".join(sorted(registry.OPERATORS))
+            msg = f"df.llm has no operator {name!r}; operators: {valid}, plan, estimate."
+            raise AttributeError(msg)
+
+        def call(template: str, **kwargs: Any) -> Any:
+            return registry.invoke(name, self._frame, template, **kwargs)
+
+        call.__doc__ = type(operator).__doc__
+        return call

@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from semframe.cache.store import FILENAME, ResultCache
-from semframe.config import cache_dir
+from semframe.config import cache_dir, config
+from semframe.serving.vllm.convert import model_dir
+from semframe.serving.vllm.serve import serve
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,18 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        from semframe.serving.vllm.serve import serve
-
         return serve(args)
     if args.command == "vllm-model":
-        from semframe.serving.vllm.convert import model_dir
-
         print(model_dir(args.name))
         return 0
     folder = args.cache_dir
     if folder is None:
-        from semframe.config import config
-
         folder = config()["cache_dir"]
     path = cache_dir(folder) / FILENAME
     return _cache(args.action, path, getattr(args, "older_than", None))

@@ -20,9 +20,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NoReturn
 
+from semframe.cost.pricing import load_prices
 from semframe.errors import ConfigError, did_you_mean, format_choices
+from semframe.reorder import METHODS
 
 
 def _choice(*valid: str) -> Callable[[object], str]:
@@ -110,8 +113,6 @@ def _prices(value: object) -> dict[str, dict[str, Any]] | None:
     if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
         msg = 'expected a mapping of model name -> {field: value} (a [prices."model"] table)'
         raise ValueError(msg)
-    from semframe.cost.pricing import load_prices
-
     table = {str(k): dict(v) for k, v in value.items()}
     load_prices(table)  # validates fields, names the valid ones
     return table
@@ -127,8 +128,6 @@ def _engine_args(value: object) -> dict[str, Any] | None:
 
 
 def _reorder_method(value: object) -> str:
-    from semframe.reorder import METHODS
-
     return _choice(*METHODS)(value)
 
 
@@ -342,6 +341,20 @@ def configure(**settings: Any) -> None:
             _global.pop(key, None)
 
 
+def reset_settings() -> None:
+    """Forget every ``semframe.configure()`` setting (tests, notebooks starting over).
+
+    Examples
+    --------
+    >>> import semframe
+    >>> semframe.configure(backend="fake")
+    >>> reset_settings()
+    >>> semframe.config().sources["backend"]
+    'default'
+    """
+    _global.clear()
+
+
 @contextlib.contextmanager
 def using(**settings: Any) -> Iterator[None]:
     """Override settings inside a ``with`` block (thread- and task-local).
@@ -384,32 +397,44 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(msg) from None
 
 
-@dataclass(frozen=True)
-class ResolvedConfig(Mapping[str, Any]):
-    """Resolved settings with the source of each (``config()`` returns one).
+class ResolvedConfig(dict[str, Any]):
+    """Resolved settings with the source of each (``config()`` returns one); read-only.
 
     Indexing gives the value: ``cfg["backend"]``; ``cfg.sources["backend"]`` says
-    where it came from.
+    where it came from. It is a read-only ``dict``, so reading a setting costs
+    what a dict lookup costs (the executor reads several per call).
+
+    Examples
+    --------
+    >>> cfg = ResolvedConfig({"backend": "fake"}, {"backend": "call argument"})
+    >>> cfg["backend"], cfg.sources["backend"]
+    ('fake', 'call argument')
+    >>> cfg["backend"] = "local"  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: resolved settings are read-only; pass settings to the call, ...
     """
 
-    settings: Mapping[str, Any]
-    sources: Mapping[str, str]
+    __slots__ = ("sources",)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.settings[key]
+    def __init__(self, settings: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+        super().__init__(settings)
+        self.sources: Mapping[str, str] = MappingProxyType(dict(sources))
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.settings)
+    def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
+        msg = (
+            "resolved settings are read-only; pass settings to the call, semframe.using() "
+            "or semframe.configure()"
+        )
+        raise TypeError(msg)
 
-    def __len__(self) -> int:
-        return len(self.settings)
+    __setitem__ = __delitem__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+    __ior__ = _read_only
 
     def __repr__(self) -> str:
-        width = max(map(len, self.settings))
-        lines = [
-            f"{k:<{width}} = {_show(self.settings[k]):<24} # {self.sources[k]}"
-            for k in self.settings
-        ]
+        width = max(map(len, self))
+        lines = [f"{k:<{width}} = {_show(v):<24} # {self.sources[k]}" for k, v in self.items()]
         return "semframe config\n" + "\n".join(lines)
 
 

@@ -2,15 +2,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 
 import pandas as pd
 import pytest
 
-from semframe.backends import fake as fake_module
-from semframe.backends import register_backend
+from semframe.backends import register_backend, reset_backends
 from semframe.backends.fake import FakeBackend
+from semframe.config import reset_settings
+from semframe.runtime.stats import reset_report
 
 
 @pytest.fixture(autouse=True)
@@ -24,10 +24,11 @@ def _isolated_settings(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SEMFRAME_PROGRESS", "off")
     monkeypatch.setenv("SEMFRAME_CACHE_DIR", str(tmp_path / "cache"))  # type: ignore[operator]
-    sys.modules["semframe.config"]._global.clear()  # type: ignore[attr-defined]
-    fake_module._shared.clear()
+    reset_settings()
+    reset_backends("fake")
+    reset_report()
     yield
-    sys.modules["semframe.config"]._global.clear()  # type: ignore[attr-defined]
+    reset_settings()
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from semframe import last_op
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
 from semframe.errors import ColumnError, InputError, RowErrors
 from semframe.operators.agg import AggPlan
-from semframe.operators.common import last_op
 
 TEMPLATE = "Summarise the reviews {review} of {movie}"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -18,13 +18,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semframe
-from semframe.backends._api import BatchResult, BatchStatus, classify_error, retry_after, scrub
-from semframe.backends.anthropic import choose_breakpoints, min_sharers
-from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.backends._api import classify_error, retry_after, scrub
+from semframe.backends.base import (
+    BatchResult,
+    BatchStatus,
+    Capabilities,
+    Completion,
+    Request,
+    Usage,
+)
+from semframe.cost.models import SlotCost, choose_breakpoints, min_sharers, openai_cost
 from semframe.errors import RequestRejected, RunAborted, TransientError
 from semframe.operators.common import compile_call
 from semframe.runtime.batch import run_batch, state_path
-from semframe.runtime.execute import _RateLimiter, execute
+from semframe.runtime.dispatch import RateLimiter as _RateLimiter
+from semframe.runtime.execute import execute
 
 
 def _plan(n_groups: int = 4, per_group: int = 5, op: str = "map"):  # type: ignore[no-untyped-def]
@@ -42,9 +50,13 @@ class AsyncBackend:
 
     name = "async-fake"
     model = "m"
+    endpoint = None
 
     def __init__(self, *, delay: float = 0.005, concurrency: int = 8) -> None:
-        self.capabilities = Capabilities(prefix_cache="shared", max_concurrency=concurrency)
+        self.capabilities = Capabilities(
+            prefix_cache="shared", max_concurrency=concurrency, async_io=True
+        )
+        self.cost = SlotCost(self.model, self.count_tokens, concurrency, engine=self.name)
         self.delay = delay
         self.events: list[tuple[str, int]] = []
         self.in_flight = 0
@@ -65,9 +77,7 @@ class AsyncBackend:
             self.in_flight -= 1
             self.events.append(("done", request.id))
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
         raise AssertionError("async backends are driven through acomplete")
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
@@ -267,10 +277,13 @@ class BatchFake:
 
     name = "openai"
     model = "gpt-4o-mini"
-    batch_limit = 7
+    endpoint = None
 
     def __init__(self, *, polls: int = 2, answer: str = '{"answer": "yes"}') -> None:
-        self.capabilities = Capabilities(prefix_cache="shared", max_concurrency=4)
+        self.capabilities = Capabilities(
+            prefix_cache="shared", max_concurrency=4, batch_api=True, batch_limit=7
+        )
+        self.cost = openai_cost(self.model, None, concurrency=4)
         self.polls = polls
         self.answer = answer
         self.batches: dict[str, list[Request]] = {}
@@ -303,9 +316,7 @@ class BatchFake:
                 out[r.id] = Completion(r.id, self.answer, Usage(100, 0, 0, 5))
         return out
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
         raise AssertionError("batch mode must not send single requests")
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

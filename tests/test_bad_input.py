@@ -8,7 +8,7 @@ import pytest
 
 from semframe.backends.fake import FakeBackend
 from semframe.errors import ColumnError, ConfigError, InputError, SemframeError, TemplateError
-from semframe.operators.common import llm_map
+from semframe.operators.registry import invoke
 
 DF = pd.DataFrame({"movie_title": ["Alien", "Heat"], "review": ["tense", "long"]})
 
@@ -74,7 +74,7 @@ DF = pd.DataFrame({"movie_title": ["Alien", "Heat"], "review": ["tense", "long"]
             ["unknown op 'sort'", "Valid ops: 'map', 'filter'"],
         ),
         (
-            lambda: llm_map([{"review": "x"}], "Sum {review}", backend="fake"),
+            lambda: invoke("map", [{"review": "x"}], "Sum {review}", backend="fake"),
             InputError,
             ["unsupported frame type builtins.list", "pandas.DataFrame, polars.DataFrame"],
         ),

@@ -12,7 +12,8 @@ import pytest
 import semframe
 from semframe.backends.base import Completion, Request, Usage
 from semframe.backends.fake import FakeBackend, default_answer
-from semframe.cache.store import FILENAME, ResultCache, request_key
+from semframe.cache.keys import request_key
+from semframe.cache.store import FILENAME, ResultCache
 from semframe.cli import main
 from semframe.errors import RunAborted
 from semframe.testing.emulator import Fault, ProviderEmulator
@@ -352,15 +353,18 @@ def test_batch_cache_false_sends_everything(emu: ProviderEmulator) -> None:
 
 
 def test_batch_resume_keeps_cached_rows_and_waits_for_recorded_batches(tmp_path: Path) -> None:
-    from semframe.backends._api import BatchResult, BatchStatus
-    from semframe.backends.base import Capabilities
+    from semframe.backends.base import BatchResult, BatchStatus, Capabilities
+    from semframe.cost.models import openai_cost
     from semframe.errors import TransientError
     from semframe.operators.common import compile_call
     from semframe.runtime.batch import run_batch
 
     class Batches:
-        name, model, batch_limit = "openai", "gpt-4o-mini", 100
-        capabilities = Capabilities(prefix_cache="shared", max_concurrency=4)
+        name, model, endpoint = "openai", "gpt-4o-mini", None
+        capabilities = Capabilities(
+            prefix_cache="shared", max_concurrency=4, batch_api=True, batch_limit=100
+        )
+        cost = openai_cost("gpt-4o-mini", None, concurrency=4)
 
         def __init__(self) -> None:
             self.submitted: list[list[int]] = []

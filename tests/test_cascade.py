@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import semframe  # noqa: F401
+from semframe import last_op
 from semframe.backends import register_backend
 from semframe.backends.base import Request, TokenLogprob
 from semframe.backends.fake import FakeBackend
@@ -31,7 +32,6 @@ from semframe.operators.cascade import (
     last_cascade,
     route,
 )
-from semframe.operators.common import last_op
 from semframe.serving.sim.cascades import CascadeOption, gear_plan, simulate_load
 from semframe.testing.emulator import ProviderEmulator
 from tests.conftest import LOCAL_REVIEWS

@@ -14,9 +14,12 @@ from semframe.backends import BACKENDS, register_backend
 from semframe.backends.base import Usage
 from semframe.backends.fake import FakeBackend
 from semframe.cost.cachesim import OpenAIRules
-from semframe.cost.estimate import Estimate, LatencyModel, calibrate_local, load_calibration
+from semframe.cost.calibration import load_calibration
+from semframe.cost.estimate import Estimate
+from semframe.cost.models import LatencyModel
 from semframe.errors import BudgetExceeded, ConfigError, InputError
 from semframe.operators.common import compile_call
+from semframe.runtime.calibrate import calibrate_local
 from semframe.runtime.execute import execute
 from semframe.testing.emulator import Latency, ProviderEmulator
 
@@ -82,7 +85,7 @@ def test_estimate_matches_the_emulator_bill(
         "progress": "off",
     }
     call = compile_call(df, TEMPLATE, op="filter", **settings)
-    from semframe.cost.estimate import estimate_plan
+    from semframe.runtime.estimate import estimate_plan
 
     est = estimate_plan(call.plan, call.settings, latency=LatencyModel(LATENCY, 0.0))
     emu.reset()
@@ -254,7 +257,7 @@ def test_bad_budgets_fail_clearly(fake: FakeBackend, value: object, message: str
     ],
 )
 def test_budget_forms(value: object, dollars: float | None, tokens: int | None) -> None:
-    from semframe.cost.estimate import parse_budget
+    from semframe.cost.budget import parse_budget
 
     b = parse_budget(value)
     assert (b.dollars, b.tokens) == (dollars, tokens)
@@ -313,17 +316,17 @@ def test_batch_prices(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_fallback_breakpoints_match_the_backend(emu: ProviderEmulator) -> None:
     """Without an API key the estimator places Anthropic breakpoints as the backend does."""
     from semframe.backends import get_backend
-    from semframe.cost.estimate import _anthropic_cuts, _Context, _Pieces, _tiktoken_encoder
+    from semframe.backends.anthropic import cost_model
 
     df = _reviews()
     call = compile_call(df, TEMPLATE, op="filter", backend="anthropic", model="claude-test",
                         prices=PRICES, base_url=emu.anthropic_url)  # fmt: skip
     backend = get_backend("anthropic", model="claude-test", settings=call.settings)
-    pieces = _Pieces(call.plan, _tiktoken_encoder("claude-test"))
-    ctx = _Context("anthropic", "claude-test", None, None, False, "5m", PRICES, 32,
-                   LatencyModel(), emu_dir := __import__("pathlib").Path("."), None)  # fmt: skip
+    # the cost model the estimator builds without a key (no client), as the registry does
+    keyless = cost_model("claude-test", call.settings)
+    emu_dir = __import__("pathlib").Path(".")
     assert emu_dir.exists()
-    cuts = _anthropic_cuts(ctx, pieces, call.plan)
+    cuts = keyless.breakpoints
     placed = [backend.breakpoints(r) for r in call.plan.requests]  # type: ignore[attr-defined]
     assert any(placed)
     assert [cuts(r) for r in call.plan.requests] == placed

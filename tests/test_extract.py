@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from semframe import last_op
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
 from semframe.errors import InputError, RowErrors
-from semframe.operators.common import last_op
 from tests.conftest import prompt_fields
 
 SCHEMA = {"n": int, "x": float, "ok": bool, "tags": list[str], "mood": Literal["up", "down"]}

@@ -482,14 +482,14 @@ def out_of_order(tmp: Path) -> FaultReport:
 
     backend = FakeBackend(slow, max_concurrency=16)
     finished: list[int] = []
-    original = backend.generate
+    original = backend.complete
 
-    def generate(requests: Any, *, slot: int | None = None) -> Iterator[Any]:
-        for completion in original(requests, slot=slot):
-            finished.append(requests[0].row)
-            yield completion
+    def complete(request: Any, *, slot: int | None = None) -> Any:
+        completion = original(request, slot=slot)
+        finished.append(request.row)
+        return completion
 
-    backend.generate = generate  # type: ignore[method-assign]
+    backend.complete = complete  # type: ignore[method-assign]
     register_backend("fake", lambda model, settings: backend)
     try:
         df = _frame(n).sample(frac=1.0, random_state=1)

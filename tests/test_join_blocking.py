@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 import semframe  # noqa: F401  (registers df.llm)
+from semframe import last_op
 from semframe.errors import ColumnError, InputError, MissingDependencyError
-from semframe.operators.common import last_op
 
 MOVIES = pd.DataFrame({"title": ["The Matrix", "Amelie", "Heat"]})
 CRITICS = pd.DataFrame(

@@ -11,7 +11,7 @@ from typing import Literal
 import pandas as pd
 import pytest
 
-from semframe.operators.common import last_op
+from semframe import last_op
 from tests.conftest import LOCAL_REVIEWS as REVIEWS
 from tests.conftest import skip_without_local_engine
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from semframe import last_op
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
 from semframe.errors import InputError, RowErrors, TransientError
-from semframe.operators.common import last_op
 from semframe.operators.topk import TopkPlan
 
 

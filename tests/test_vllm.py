@@ -68,11 +68,9 @@ def opts(trace: Path) -> Iterator[dict[str, Any]]:
         "cache": False,
         "max_tokens": 24,
     }
-    from semframe.backends import vllm as vllm_backend
+    from semframe.backends import reset_backends
 
-    for backend in vllm_backend._backends.values():
-        if isinstance(backend, vllm_backend.VllmBackend):  # in process: stop its engine
-            backend.close()
+    reset_backends("vllm")  # stops the in-process engine
 
 
 def _reviews(n: int) -> pd.DataFrame:

@@ -303,8 +303,11 @@ class FakeVllm(FakeBackend):
     name = "vllm"
 
     def __init__(self) -> None:
+        from semframe.backends.vllm import engine_cost
+
         super().__init__(model="smollm2-135m")
         self.engine_args = {"enforce_eager": True, "block_size": 16}
+        self.cost = engine_cost(self.model, self.count_tokens, self.engine_args, concurrency=1)
 
 
 def test_estimate_on_vllm_uses_the_calibrated_engine(tmp_path: Any) -> None:

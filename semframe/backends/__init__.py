@@ -1,60 +1,218 @@
 """Backends: where requests go. Chosen by configuration, never by code change.
 
-``get_backend(name, model=..., settings=...)`` builds one from the registry.
+``get_backend(name, model=..., settings=...)`` builds one from the registry
+and keeps it: one instance per backend name, model, the settings that backend
+reads and the credential it found (a digest of it; the key itself is not
+kept), so an engine starts once and an API client is reused.
+:func:`reset_backends` forgets them (tests, or after changing a key).
+:func:`cost_model` gives a backend's cost model, also where the backend itself
+cannot be built here (an API without its key can still be priced).
+
 Backends register lazily (by module path), so importing semframe imports no
 engine or SDK.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import os
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from semframe.backends.base import Backend, Capabilities, Completion, Request, Usage
-from semframe.errors import ConfigError, did_you_mean, format_choices
+from semframe.backends.base import Backend, Capabilities
+from semframe.config import SETTINGS
+from semframe.core.wire import Completion, Request, Usage
+from semframe.cost.models import CostModel
+from semframe.errors import ConfigError, MissingDependencyError, did_you_mean, format_choices
 
 __all__ = [
     "BACKENDS",
     "Backend",
+    "BackendSpec",
     "Capabilities",
     "Completion",
     "Request",
     "Usage",
+    "cost_model",
     "get_backend",
     "register_backend",
+    "reset_backends",
 ]
 
-BACKENDS: dict[str, str] = {
-    "local": "semframe.backends.local:create",
-    "openai": "semframe.backends.openai:create",
-    "anthropic": "semframe.backends.anthropic:create",
-    "vllm": "semframe.backends.vllm:create",
-    "fake": "semframe.backends.fake:create",
+Factory = Callable[[str | None, Mapping[str, Any]], Any]
+"""``(model, settings) -> backend`` (or cost model): model ``None`` means the default."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """How to build one backend.
+
+    Attributes
+    ----------
+    factory : str or callable
+        ``(model, settings) -> Backend``, or its ``"module:function"`` path.
+    settings : tuple of str
+        The settings the factory reads: instances with different values of
+        these are different instances.
+    secrets : tuple of str
+        Environment variables holding its credential: instances built with
+        different keys are different instances.
+    cost : str or callable or None
+        ``(model, settings) -> CostModel`` for pricing without building the
+        backend (an API without its key); ``None`` when the backend must be built.
+    """
+
+    factory: str | Factory
+    settings: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()
+    cost: str | Factory | None = None
+
+
+_API = ("client", "base_url", "timeout", "max_concurrency", "prices")
+BACKENDS: dict[str, BackendSpec] = {
+    "local": BackendSpec(
+        "semframe.backends.local:create",
+        settings=(
+            "local_parallel",
+            "local_n_ctx",
+            "local_threads",
+            "local_cache_ram_mib",
+            "cache_dir",
+        ),
+    ),
+    "openai": BackendSpec(
+        "semframe.backends.openai:create",
+        settings=_API,
+        secrets=("OPENAI_API_KEY",),
+        cost="semframe.backends.openai:cost_model",
+    ),
+    "anthropic": BackendSpec(
+        "semframe.backends.anthropic:create",
+        settings=(*_API, "cache_ttl"),
+        secrets=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+        cost="semframe.backends.anthropic:cost_model",
+    ),
+    "vllm": BackendSpec(
+        "semframe.backends.vllm:create",
+        settings=(*_API, "vllm_scheduler", "vllm_args", "cache_dir"),
+        secrets=("OPENAI_API_KEY",),
+    ),
+    "fake": BackendSpec("semframe.backends.fake:create"),
 }
-"""Backend name -> ``"module:factory"``; the factory takes ``(model, settings)``."""
+"""Backend name -> how to build it."""
+
+_instances: dict[tuple[Any, ...], Any] = {}
+_lock = threading.RLock()
 
 
-def register_backend(name: str, factory: str | Callable[..., Backend]) -> None:
-    """Register a backend factory under ``name`` (a callable or ``"module:function"``)."""
-    if callable(factory):
-        _factories[name] = factory
-        BACKENDS[name] = f"{factory.__module__}:{getattr(factory, '__name__', 'factory')}"
-    else:
-        _factories.pop(name, None)
-        BACKENDS[name] = factory
+def register_backend(
+    name: str,
+    factory: str | Factory | BackendSpec,
+    *,
+    settings: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
+    cost: str | Factory | None = None,
+) -> None:
+    """Register (or replace) the backend called ``name``; its instances are rebuilt.
+
+    Parameters
+    ----------
+    name : str
+        What ``backend=`` names.
+    factory : str, callable or BackendSpec
+        ``(model, settings) -> Backend``, or its ``"module:function"`` path; or
+        a whole spec (one saved from :data:`BACKENDS`, say).
+    settings, secrets, cost
+        As for :class:`BackendSpec` (with a factory).
+
+    Examples
+    --------
+    >>> from semframe.backends.fake import FakeBackend
+    >>> mine = FakeBackend(model="mine")
+    >>> register_backend("mine", lambda model, settings: mine)
+    >>> get_backend("mine", model=None, settings={}) is mine
+    True
+    """
+    spec = (
+        factory
+        if isinstance(factory, BackendSpec)
+        else BackendSpec(factory, settings, secrets, cost)
+    )
+    with _lock:
+        BACKENDS[name] = spec
+    reset_backends(name)
 
 
-_factories: dict[str, Callable[..., Backend]] = {}
+def reset_backends(name: str | None = None) -> None:
+    """Close and forget the backends built so far (those called ``name``, or all).
+
+    The next call builds them again.
+
+    Examples
+    --------
+    >>> first = get_backend("fake", model="m", settings={})
+    >>> reset_backends("fake")
+    >>> get_backend("fake", model="m", settings={}) is first
+    False
+    """
+    with _lock:
+        dropped = [_instances.pop(k) for k in list(_instances) if name is None or k[0] == name]
+    for backend in dropped:
+        backend.close()
+
+
+def _spec(name: str) -> BackendSpec:
+    spec = BACKENDS.get(name)
+    if spec is None:
+        msg = (
+            f"unknown backend {name!r}.{did_you_mean(name, BACKENDS)} "
+            f"Valid backends: {format_choices(BACKENDS)}."
+        )
+        raise ConfigError(msg)
+    return spec
+
+
+def _load(target: str | Factory) -> Factory:
+    if callable(target):
+        return target
+    module, _, attr = target.partition(":")
+    loaded: Factory = getattr(importlib.import_module(module), attr)
+    return loaded
+
+
+def _complete(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` with every missing setting at its default (the settings table's)."""
+    return {**{k: s.default for k, s in SETTINGS.items()}, **settings}
+
+
+def _identity(name: str, model: str | None, spec: BackendSpec, settings: Mapping[str, Any]) -> Any:
+    values = []
+    for key in spec.settings:
+        value = settings[key]
+        try:
+            hash(value)
+        except TypeError:
+            value = repr(value)  # price tables, engine arguments
+        values.append((key, value))
+    secret = next((os.environ[k] for k in spec.secrets if os.environ.get(k)), "")
+    digest = hashlib.sha256(secret.encode()).hexdigest() if spec.secrets else ""
+    return (name, model, tuple(values), digest)
 
 
 def get_backend(name: str, *, model: str | None, settings: Mapping[str, Any]) -> Backend:
-    """Build (or reuse) the backend called ``name``.
+    """The backend called ``name`` for ``model`` (``None``: its default), built once.
+
+    ``settings`` are resolved settings (``semframe.config()``); missing ones
+    take their defaults.
 
     Raises
     ------
     ConfigError
-        For an unknown name, listing the valid ones.
+        For an unknown name, listing the valid ones (or the backend's own
+        configuration error, e.g. a missing API key).
 
     Examples
     --------
@@ -65,15 +223,34 @@ def get_backend(name: str, *, model: str | None, settings: Mapping[str, Any]) ->
     ...
     semframe.errors.ConfigError: unknown backend 'opnai'. Did you mean 'openai'? Valid backends: ...
     """
-    if name not in BACKENDS:
-        msg = (
-            f"unknown backend {name!r}.{did_you_mean(name, BACKENDS)} "
-            f"Valid backends: {format_choices(BACKENDS)}."
-        )
-        raise ConfigError(msg)
-    factory = _factories.get(name)
-    if factory is None:
-        module, _, attr = BACKENDS[name].partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    backend: Backend = factory(model, settings)
-    return backend
+    spec = _spec(name)
+    full = _complete(settings)
+    key = _identity(name, model, spec, full)
+    with _lock:
+        backend = _instances.get(key)
+        if backend is None:
+            backend = _instances[key] = _load(spec.factory)(model, full)
+    result: Backend = backend
+    return result
+
+
+def cost_model(name: str, *, model: str | None, settings: Mapping[str, Any]) -> CostModel:
+    """The cost model of backend ``name``: the built backend's, or one made without it.
+
+    Where the backend cannot be built here (an API without its key or SDK),
+    a backend that declares a cost factory is priced without a client.
+
+    Raises
+    ------
+    ConfigError, MissingDependencyError
+        When the backend cannot be built and has no cost factory (or the
+        model has no price).
+    """
+    spec = _spec(name)
+    try:
+        return get_backend(name, model=model, settings=settings).cost
+    except (ConfigError, MissingDependencyError):
+        if spec.cost is None:
+            raise
+    built: CostModel = _load(spec.cost)(model, _complete(settings))
+    return built

@@ -16,16 +16,16 @@ semframe's three outcomes for a request:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from semframe.backends import aio as _aio
-from semframe.backends.base import Capabilities, Completion, Request
+from semframe.backends.base import Capabilities
+from semframe.core.wire import Completion, Request
+from semframe.cost.models import CostModel
+from semframe.cost.tokens import count_for_model
 from semframe.errors import RequestRejected, RunAborted, SemframeError, TransientError
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -122,33 +122,42 @@ def _fatal_hint(status: int, provider: str) -> str:
 class ApiBackend:
     """What both API backends share: the sync entry point, token counts, SDK calls.
 
-    Subclasses set ``name``, ``model``, ``capabilities``, ``_client`` (an SDK
-    client with semframe's timeout and no SDK retries), ``_async`` (whether it
-    is the async client) and ``_secrets`` (its keys, to scrub from errors), and
-    implement :meth:`acomplete`.
+    Subclasses set ``name``, ``model``, ``endpoint`` (the client's base URL),
+    ``capabilities``, ``cost``, ``_client`` (an SDK client with semframe's
+    timeout and no SDK retries), ``_async`` (whether it is the async client)
+    and ``_secrets`` (its keys, to scrub from errors), and implement
+    :meth:`acomplete`.
     """
 
     name: str
     model: str
+    endpoint: str | None
     capabilities: Capabilities
+    cost: CostModel
     _client: Any
     _async: bool
     _secrets: tuple[str | None, ...]
+    _owns_client: bool = False  # built here (closed here), not passed in by the caller
 
     async def acomplete(self, request: Request) -> Completion:
         """Send one request; raise semframe's error types on failure."""
         raise NotImplementedError
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
-        for request in requests:
-            yield _aio.run(self.acomplete(request))
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
+        """Send one request and wait for it (the executor awaits :meth:`acomplete`)."""
+        return _aio.run(self.acomplete(request))
+
+    def close(self) -> None:
+        """Close the connections of a client semframe built (a client you passed stays open)."""
+        if not self._owns_client:
+            return
+        if self._async:
+            _aio.run(self._client.close())
+        else:
+            self._client.close()
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Offline counts (exact for OpenAI models, approximate for Claude)."""
-        from semframe.cost.tokens import count_for_model
-
         return list(count_for_model(texts, self.model).tokens)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -159,78 +168,6 @@ class ApiBackend:
             return await asyncio.to_thread(fn, *args, **kwargs)
         except Exception as exc:
             raise classify_error(exc, provider=self.name, secrets=self._secrets) from None
-
-
-def reuse_backend(
-    cache: dict[tuple[Any, ...], Any],
-    factory: Callable[..., Any],
-    *,
-    env_keys: Sequence[str],
-    **options: Any,
-) -> Any:
-    """``factory(**options)``, built once per distinct options and API key.
-
-    The key itself is not kept: only a digest of it tells calls made with
-    different keys apart. Unhashable options (price tables) count by ``repr``.
-    """
-    secret = next((os.environ[k] for k in env_keys if os.environ.get(k)), "")
-    ident = (
-        *((k, v if _hashable(v) else repr(v)) for k, v in sorted(options.items())),
-        hashlib.sha256(secret.encode()).hexdigest(),
-    )
-    backend = cache.get(ident)
-    if backend is None:
-        backend = cache[ident] = factory(**options)
-    return backend
-
-
-def _hashable(value: object) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
-def cache_key(*parts: str) -> str:
-    """A short stable digest of ``parts``, for cache keys and routing keys.
-
-    Examples
-    --------
-    >>> cache_key("a", "b") == cache_key("a", "b") != cache_key("ab")
-    True
-    """
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode())
-        digest.update(b"\x00")
-    return digest.hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class BatchStatus:
-    """Where a provider batch stands.
-
-    Attributes
-    ----------
-    id : str
-        The provider's batch id.
-    state : str
-        The provider's own status word (``in_progress``, ``ended``...).
-    done : bool
-        Whether results can be fetched (or the batch ended without them).
-    counts : mapping
-        Request counts by state, as the provider reports them.
-    """
-
-    id: str
-    state: str
-    done: bool
-    counts: Mapping[str, int] = field(default_factory=dict)
-
-
-BatchResult = Completion | TransientError | RequestRejected
-"""One request's batch outcome: an answer, a retryable failure, or a refusal."""
 
 
 def custom_id(request_id: int) -> str:

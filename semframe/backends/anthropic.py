@@ -15,7 +15,9 @@ and only where it pays: the prefix reaches the model's minimum cacheable length
 (counted approximately: Anthropic publishes no tokenizer) and enough requests
 share it that the reads repay the write premium (``n`` sharers pay when
 ``w + 0.1 (n - 1) < n`` for write multiplier ``w``: 2 sharers at 5 minutes, 3 at
-1 hour).
+1 hour). The rule is the backend's cost model's
+(:meth:`semframe.cost.models.AnthropicCost.breakpoints`), so the estimator
+prices exactly the breakpoints the backend sends.
 
 Keys come from ``ANTHROPIC_API_KEY`` (or a client you pass); they never appear in
 reprs, errors or logs.
@@ -24,31 +26,25 @@ reprs, errors or logs.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from semframe.backends import aio as _aio
-from semframe.backends._api import (
-    ApiBackend,
-    BatchResult,
-    BatchStatus,
-    custom_id,
-    jsonable,
-    request_id_of,
-    reuse_backend,
-    scrub,
+from semframe.backends._api import ApiBackend, custom_id, jsonable, request_id_of, scrub
+from semframe.backends.base import BatchResult, BatchStatus, Capabilities
+from semframe.core.wire import Completion, Request, Usage
+from semframe.cost.models import (
+    AnthropicCost,
+    anthropic_cost,
 )
-from semframe.backends.base import Capabilities, Completion, Request, Usage
 from semframe.errors import ConfigError, MissingDependencyError, RequestRejected, TransientError
 
 DEFAULT_MODEL = "claude-haiku-4-5"
-MAX_BREAKPOINTS = 4
+MAX_CONCURRENCY = 32
+"""Requests in flight when the ``max_concurrency`` setting does not say."""
 BATCH_LIMIT = 100_000
 """Requests per message batch (Anthropic's limit)."""
-READ_MULTIPLIER = 0.1
-WRITE_MULTIPLIER = {"5m": 1.25, "1h": 2.0}
 
 
 def _require() -> Any:
@@ -58,64 +54,6 @@ def _require() -> Any:
         msg = "backend 'anthropic' needs the anthropic SDK: pip install 'semframe[anthropic]'"
         raise MissingDependencyError(msg) from None
     return anthropic
-
-
-def min_sharers(ttl: str) -> int:
-    """Fewest requests sharing a prefix for a cache write to pay for itself.
-
-    Examples
-    --------
-    >>> min_sharers("5m"), min_sharers("1h")
-    (2, 3)
-    """
-    write = WRITE_MULTIPLIER[ttl]
-    # n sharers: one write and n - 1 reads against n uncached sends.
-    return math.floor((write - READ_MULTIPLIER) / (1 - READ_MULTIPLIER)) + 1
-
-
-def min_cacheable_tokens(model: str, prices: Mapping[str, Mapping[str, Any]] | None = None) -> int:
-    """The model's minimum cacheable prompt length (1,024 when the model is unknown)."""
-    from semframe.cost.pricing import price_for
-
-    try:
-        return price_for(model, prices).min_cacheable_tokens
-    except ConfigError:
-        return 1024
-
-
-def choose_breakpoints(
-    levels: Sequence[tuple[int, int]], tokens: Sequence[int], *, minimum: int, ttl: str
-) -> list[int]:
-    """Character offsets of the breakpoints to place, shortest prefix first.
-
-    Parameters
-    ----------
-    levels : sequence of (end, shared_by)
-        ``Request.prefix``.
-    tokens : sequence of int
-        Tokens of the whole cached part (system and prompt) up to each level.
-    minimum : int
-        The model's minimum cacheable length.
-    ttl : {"5m", "1h"}
-        Cache lifetime (sets the write premium).
-
-    Examples
-    --------
-    >>> choose_breakpoints([(100, 50), (400, 6), (900, 1)], [900, 1500, 2600],
-    ...                    minimum=1024, ttl="5m")
-    [400]
-    >>> choose_breakpoints([(100, 50), (400, 2)], [1100, 1500], minimum=1024, ttl="1h")
-    [100]
-    """
-    need = min_sharers(ttl)
-    useful = [
-        end
-        for (end, shared), count in zip(levels, tokens, strict=True)
-        if shared >= need and count >= minimum
-    ]
-    if len(useful) > MAX_BREAKPOINTS:  # keep the most shared one and the deepest ones
-        useful = [useful[0], *useful[-(MAX_BREAKPOINTS - 1) :]]
-    return useful
 
 
 class AnthropicBackend(ApiBackend):
@@ -141,6 +79,7 @@ class AnthropicBackend(ApiBackend):
     """
 
     name = "anthropic"
+    cost: AnthropicCost
 
     def __init__(
         self,
@@ -149,16 +88,13 @@ class AnthropicBackend(ApiBackend):
         client: Any = None,
         base_url: str | None = None,
         timeout: float = 120.0,
-        max_concurrency: int = 32,
+        max_concurrency: int = MAX_CONCURRENCY,
         cache_ttl: str = "5m",
         prices: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         anthropic = _require()
-        if cache_ttl not in WRITE_MULTIPLIER:
-            msg = f"cache_ttl must be '5m' or '1h', got {cache_ttl!r}."
-            raise ConfigError(msg)
+        self.cost = anthropic_cost(model, prices, concurrency=max_concurrency, ttl=cache_ttl)
         self.model = model
-        self.cache_ttl = cache_ttl
         if client is None:
             if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
                 msg = (
@@ -167,6 +103,7 @@ class AnthropicBackend(ApiBackend):
                 )
                 raise ConfigError(msg)
             client = anthropic.AsyncAnthropic(base_url=base_url)
+            self._owns_client = True
         elif not isinstance(client, anthropic.Anthropic | anthropic.AsyncAnthropic):
             msg = (
                 f"client must be an anthropic.Anthropic or anthropic.AsyncAnthropic, got "
@@ -176,54 +113,37 @@ class AnthropicBackend(ApiBackend):
         self._client = client.with_options(timeout=timeout, max_retries=0)
         self._async = isinstance(client, anthropic.AsyncAnthropic)
         self._secrets = (getattr(client, "api_key", None), getattr(client, "auth_token", None))
-        self.base_url = str(self._client.base_url)
-        self._minimum = min_cacheable_tokens(model, prices)
-        self._token_cache: dict[str, int] = {}
+        self.endpoint = str(self._client.base_url)
         self.capabilities = Capabilities(
             prefix_cache="shared",
             json_schema=False,
             logprobs=False,
             max_concurrency=max_concurrency,
             context_window=200_000,
+            async_io=True,
+            batch_api=True,
+            batch_limit=BATCH_LIMIT,
         )
 
     def __repr__(self) -> str:
         return (
-            f"AnthropicBackend(model={self.model!r}, base_url={self.base_url!r}, "
-            f"cache_ttl={self.cache_ttl!r})"
+            f"AnthropicBackend(model={self.model!r}, base_url={self.endpoint!r}, "
+            f"cache_ttl={self.cost.ttl!r})"
         )
 
     # -- request shaping ---------------------------------------------------------
 
     def breakpoints(self, request: Request) -> list[int]:
-        """Where this request's cache breakpoints go (offsets into its prompt)."""
-        if not request.prefix:
-            return []
-        # Approximate (o200k) counts, added up piece by piece: the pieces (system,
-        # instructions, labeled fields) repeat across rows, so each is counted once.
-        total = self._tokens(request.system or "")
-        counts: list[int] = []
-        start = 0
-        for end, _ in request.prefix:
-            total += self._tokens(request.prompt[start:end])
-            counts.append(total)
-            start = end
-        return choose_breakpoints(request.prefix, counts, minimum=self._minimum, ttl=self.cache_ttl)
+        """Where this request's cache breakpoints go (offsets into its prompt).
 
-    def _tokens(self, text: str) -> int:
-        found = self._token_cache.get(text)
-        if found is None:
-            from semframe.cost.tokens import count
-
-            found = count([text])[0] if text else 0
-            if len(self._token_cache) > 200_000:
-                self._token_cache.clear()
-            self._token_cache[text] = found
-        return found
+        The cost model decides (:meth:`semframe.cost.models.AnthropicCost.breakpoints`),
+        so that the estimate prices exactly the breakpoints sent.
+        """
+        return self.cost.breakpoints(request)
 
     def body(self, request: Request) -> dict[str, Any]:
         """The Messages request body for ``request`` (no secrets)."""
-        control = {"type": "ephemeral", "ttl": self.cache_ttl}
+        control = {"type": "ephemeral", "ttl": self.cost.ttl}
         cuts = self.breakpoints(request)
         blocks: list[dict[str, Any]] = []
         start = 0
@@ -251,8 +171,6 @@ class AnthropicBackend(ApiBackend):
         return _completion(request.id, jsonable(message))
 
     # -- batch API ---------------------------------------------------------------
-
-    batch_limit = BATCH_LIMIT
 
     def batch_submit(self, requests: Sequence[Request]) -> str:
         """Start a message batch of ``requests``; returns its id."""
@@ -324,21 +242,24 @@ def _completion(request_id: int, message: Mapping[str, Any]) -> Completion:
     )
 
 
-_backends: dict[tuple[Any, ...], AnthropicBackend] = {}
-
-
 def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
-    """Factory for ``backend="anthropic"`` (clients are reused across calls)."""
-    backend: AnthropicBackend = reuse_backend(
-        _backends,
-        AnthropicBackend,
-        env_keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
-        model=model or DEFAULT_MODEL,
-        client=settings.get("client"),
-        base_url=settings.get("base_url"),
-        timeout=float(settings.get("timeout") or 120.0),
-        max_concurrency=settings.get("max_concurrency") or 32,
-        cache_ttl=settings.get("cache_ttl") or "5m",
-        prices=settings.get("prices"),
+    """Factory for ``backend="anthropic"`` (the registry reuses the client across calls)."""
+    return AnthropicBackend(
+        model or DEFAULT_MODEL,
+        client=settings["client"],
+        base_url=settings["base_url"],
+        timeout=settings["timeout"],
+        max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
+        cache_ttl=settings["cache_ttl"],
+        prices=settings["prices"],
     )
-    return backend
+
+
+def cost_model(model: str | None, settings: Mapping[str, Any]) -> AnthropicCost:
+    """The cost model of ``backend="anthropic"`` without a client (pricing needs no key)."""
+    return anthropic_cost(
+        model or DEFAULT_MODEL,
+        settings["prices"],
+        concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
+        ttl=settings["cache_ttl"],
+    )

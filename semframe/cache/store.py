@@ -40,6 +40,7 @@ Examples
 >>> import tempfile, pathlib
 >>> from semframe.backends.base import Completion, Request, Usage
 >>> from semframe.backends.fake import FakeBackend
+>>> from semframe.cache.keys import request_key
 >>> folder = pathlib.Path(tempfile.mkdtemp())
 >>> backend = FakeBackend()
 >>> request = Request(0, 0, "Say hi to Bob", None, 8, 0.0, None, 0)
@@ -55,7 +56,6 @@ True
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import sqlite3
@@ -66,9 +66,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from semframe.backends.base import Backend, Completion, Request, TokenLogprob, Usage
+from semframe.core.wire import Completion, TokenLogprob, Usage
+
+if TYPE_CHECKING:
+    from semframe.backends.base import Backend
 
 __all__ = [
     "COMMIT_INTERVAL",
@@ -78,11 +81,8 @@ __all__ = [
     "CacheInfo",
     "Entry",
     "ResultCache",
-    "cacheable",
-    "call_key",
+    "load_tokens",
     "open_cache",
-    "request_key",
-    "request_keys",
 ]
 
 FILENAME = "results.sqlite"
@@ -103,7 +103,6 @@ requests in flight.
 TOUCH_SECONDS = 3600.0
 """A served entry's last-used time is refreshed only when older than this (LRU granularity)."""
 
-_KEY_VERSION = "semframe-result-v2"
 _SCHEMA_VERSION = 2  # PRAGMA user_version; a file of another version is emptied on open
 _ROW_OVERHEAD = 128  # bytes counted per row besides its text (key, numbers, index entries)
 
@@ -153,84 +152,6 @@ _INSERT = (
     "cache_write_tokens = excluded.cache_write_tokens, output_tokens = excluded.output_tokens, "
     "finish_reason = excluded.finish_reason, last_used = excluded.last_used, size = excluded.size"
 )
-
-
-def cacheable(request: Request) -> bool:
-    """Whether ``request`` is cached: only deterministic (temperature 0) requests are.
-
-    Examples
-    --------
-    >>> r = Request(0, 0, "p", None, 8, 0.0, None, 0)
-    >>> cacheable(r), cacheable(r._replace(temperature=0.7))
-    (True, False)
-    """
-    return request.temperature == 0
-
-
-def call_key(backend: Backend, fingerprint: str) -> str:
-    """The key of a call's entry: its plan ``fingerprint`` on ``backend`` (model, endpoint).
-
-    Examples
-    --------
-    >>> from semframe.backends.fake import FakeBackend
-    >>> call_key(FakeBackend(), "ab") == call_key(FakeBackend(model="other"), "ab")
-    False
-    """
-    base = [_KEY_VERSION, "call", backend.name, backend.model, getattr(backend, "base_url", None)]
-    text = json.dumps([*base, fingerprint], ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def request_key(backend: Backend, request: Request) -> str:
-    """The cache key of ``request`` on ``backend``: a SHA-256 hex digest.
-
-    It covers the backend name, model and ``base_url`` (when the backend has
-    one) and the request's content and decoding parameters; not its position,
-    row or prefix group, and never a credential.
-
-    Examples
-    --------
-    >>> from semframe.backends.fake import FakeBackend
-    >>> r = Request(0, 0, "p", None, 8, 0.0, None, 0)
-    >>> k = request_key(FakeBackend(), r)
-    >>> len(k), k == request_key(FakeBackend(), r._replace(id=5, row=9, group=2))
-    (64, True)
-    >>> k == request_key(FakeBackend(model="other"), r)
-    False
-    """
-    return request_keys(backend, [request])[0]
-
-
-def request_keys(backend: Backend, requests: Sequence[Request]) -> list[str]:
-    """:func:`request_key` of each of ``requests`` (fast for the requests of one plan).
-
-    Everything but the prompt is hashed once per distinct combination, as JSON
-    (which never holds a NUL byte); the prompt follows after a NUL, so distinct
-    requests cannot collide by shifting text between fields.
-
-    Examples
-    --------
-    >>> from semframe.backends.fake import FakeBackend
-    >>> rs = [Request(i, i, f"p{i}", None, 8, 0.0, None, 0) for i in range(3)]
-    >>> request_keys(FakeBackend(), rs)[2] == request_key(FakeBackend(), rs[2])
-    True
-    """
-    heads: dict[tuple[Any, ...], Any] = {}
-    base = [_KEY_VERSION, backend.name, backend.model, getattr(backend, "base_url", None)]
-    keys: list[str] = []
-    for r in requests:
-        ident = (r.system, r.max_tokens, r.temperature, id(r.schema), r.logprobs)
-        found = heads.get(ident)
-        if found is None:
-            schema = None if r.schema is None else json.dumps(r.schema, sort_keys=True)
-            parts = [*base, r.system, r.max_tokens, repr(float(r.temperature)), schema, r.logprobs]
-            text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
-            head = hashlib.sha256(text.encode("utf-8", "surrogatepass") + b"\x00")
-            found = heads[ident] = (head, r.schema)  # the schema is held so its id stays unique
-        digest = found[0].copy()
-        digest.update(r.prompt.encode("utf-8", "surrogatepass"))
-        keys.append(digest.hexdigest())
-    return keys
 
 
 class Entry(NamedTuple):

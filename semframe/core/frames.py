@@ -1,16 +1,40 @@
 """The edge where pandas and Polars meet the frame-neutral core.
 
-Each supported frame library has one small adapter: read the named columns
-into a :class:`~semframe.core.table.Table` once, and build the result frame once.
+A caller's frame is converted once on the way in and once on the way out.
+:meth:`Frame.of` wraps it (a LazyFrame is collected) with its library's
+adapter; operators read the columns they need as a
+:class:`~semframe.core.table.Table` and the row labels, and describe their
+result as an :class:`Output` (which input rows, which new columns), which
+:meth:`Frame.build` turns into one frame of the caller's library. Nothing
+behind the edge holds a DataFrame.
+
+Each supported library has one small adapter (:class:`PandasAdapter`,
+:class:`PolarsAdapter`); subclasses of their frames are served by them too.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from semframe.core.table import Table, as_table, unsupported_frame
+from semframe.core.table import Table, from_pandas, from_polars, unsupported_frame
 from semframe.errors import InputError
+
+__all__ = [
+    "DTYPES",
+    "Frame",
+    "FrameAdapter",
+    "NewColumn",
+    "Output",
+    "PandasAdapter",
+    "PolarsAdapter",
+    "RightSide",
+    "adapter_for",
+    "is_lazy",
+]
 
 DTYPES = ("str", "bool", "int", "float", "list[str]")
 """Output column dtypes: pandas ``object``/``boolean``/``Int64``/``Float64``/
@@ -18,8 +42,68 @@ DTYPES = ("str", "bool", "int", "float", "list[str]")
 All of them hold missing values."""
 
 
+@dataclass(frozen=True)
+class NewColumn:
+    """A column an operator adds: one value per result row (``None``: missing)."""
+
+    name: str
+    values: Sequence[Any]
+    dtype: str = "str"
+
+
+@dataclass(frozen=True)
+class RightSide:
+    """The other frame of a join: its rows beside each result row, renamed columns.
+
+    Attributes
+    ----------
+    frame : Frame
+        The right frame.
+    rows : sequence of int
+        Its row beside each result row.
+    rename : mapping of str to str
+        Right columns renamed (those the left frame also has).
+    """
+
+    frame: Frame
+    rows: Sequence[int]
+    rename: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Output:
+    """An operator's result, frame-neutral: built into a frame once, at the edge.
+
+    Attributes
+    ----------
+    rows : sequence of int or None
+        Positions of the input's rows in the result, in result order (``None``:
+        every row, in order). Row labels are kept.
+    keep : sequence of str or None
+        Input columns kept, in this order, before the new ones (``None``: all).
+    columns : tuple of NewColumn
+        Columns added after them, aligned with the result's rows.
+    fresh_labels : bool
+        The result gets positional labels (pandas: a fresh ``RangeIndex``).
+    right : RightSide or None
+        A join's right side, placed after the kept columns (fresh labels).
+    """
+
+    rows: Sequence[int] | None = None
+    keep: Sequence[str] | None = None
+    columns: tuple[NewColumn, ...] = ()
+    fresh_labels: bool = False
+    right: RightSide | None = None
+
+    def with_columns(self, *columns: NewColumn) -> Output:
+        """The same output with ``columns`` added after its own."""
+        return Output(
+            self.rows, self.keep, (*self.columns, *columns), self.fresh_labels, self.right
+        )
+
+
 class FrameAdapter(Protocol):
-    """What the operators need from a frame library."""
+    """What the edge needs from a frame library."""
 
     def columns(self, frame: Any) -> list[str]:
         """Column names as strings."""
@@ -80,7 +164,7 @@ class PandasAdapter:
         return names
 
     def to_table(self, frame: Any, columns: Sequence[str]) -> Table:
-        return as_table(frame, columns)
+        return from_pandas(frame, columns)
 
     def labels(self, frame: Any) -> list[object]:
         return list(frame.index)
@@ -122,7 +206,7 @@ class PolarsAdapter:
         return list(frame.columns)
 
     def to_table(self, frame: Any, columns: Sequence[str]) -> Table:
-        return as_table(frame, columns)
+        return from_polars(frame, columns)
 
     def labels(self, frame: Any) -> list[object]:
         return list(range(frame.height))
@@ -159,22 +243,108 @@ class PolarsAdapter:
 
 
 def is_lazy(frame: object) -> bool:
-    """Whether ``frame`` is a Polars LazyFrame."""
-    return type(frame).__module__.startswith("polars") and type(frame).__name__ == "LazyFrame"
+    """Whether ``frame`` is a Polars LazyFrame (or a subclass of one)."""
+    pl = sys.modules.get("polars")
+    return pl is not None and isinstance(frame, pl.LazyFrame)
 
 
 def adapter_for(frame: object) -> FrameAdapter:
-    """The adapter of ``frame``'s library.
+    """The adapter of ``frame``'s library (subclasses of its frame type included).
 
     Raises
     ------
     InputError
         For any other object, naming the supported types.
     """
-    module = type(frame).__module__.split(".")[0]
-    name = type(frame).__name__
-    if module == "pandas" and name == "DataFrame":
+    pd, pl = sys.modules.get("pandas"), sys.modules.get("polars")
+    if pd is not None and isinstance(frame, pd.DataFrame):
         return PandasAdapter()
-    if module == "polars" and name == "DataFrame":
+    if pl is not None and isinstance(frame, pl.DataFrame):
         return PolarsAdapter()
     raise unsupported_frame(frame)
+
+
+@dataclass(frozen=True, eq=False)
+class Frame:
+    """A caller's frame at the edge: read through its library's adapter, built back once.
+
+    Attributes
+    ----------
+    data : object
+        The eager frame (a LazyFrame collected).
+    adapter : FrameAdapter
+        Its library's adapter.
+    lazy : bool
+        The caller passed a LazyFrame: the result is made lazy again.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> f = Frame.of(pd.DataFrame({"a": ["x", "y"]}, index=[10, 20]))
+    >>> f.columns, f.labels
+    (('a',), (10, 20))
+    >>> f.build(Output(rows=[1], columns=(NewColumn("b", [True], "bool"),)))
+        a     b
+    20  y  True
+    """
+
+    data: Any
+    adapter: FrameAdapter
+    lazy: bool = False
+
+    @classmethod
+    def of(cls, frame: object) -> Frame:
+        """Wrap ``frame`` (a Frame is returned as it is).
+
+        Raises
+        ------
+        InputError
+            For an object that is not a supported frame.
+        """
+        if isinstance(frame, Frame):
+            return frame
+        lazy = is_lazy(frame)
+        data = frame.collect() if lazy else frame  # type: ignore[attr-defined]
+        return cls(data, adapter_for(data), lazy)
+
+    @functools.cached_property
+    def columns(self) -> tuple[str, ...]:
+        """Column names as strings."""
+        return tuple(self.adapter.columns(self.data))
+
+    @functools.cached_property
+    def labels(self) -> tuple[object, ...]:
+        """Row labels (index labels, or positions)."""
+        return tuple(self.adapter.labels(self.data))
+
+    @property
+    def height(self) -> int:
+        """Number of rows."""
+        return self.adapter.height(self.data)
+
+    def table(self, columns: Sequence[str]) -> Table:
+        """The rendered text of ``columns``."""
+        return self.adapter.to_table(self.data, columns)
+
+    def same_library(self, other: Frame) -> bool:
+        """Whether ``other`` comes from the same frame library."""
+        return type(self.adapter) is type(other.adapter)
+
+    def build(self, output: Output) -> Any:
+        """The caller's frame for ``output`` (lazy again when the caller's was)."""
+        a = self.adapter
+        frame = self.data
+        if output.rows is not None:
+            frame = a.take(frame, output.rows)
+        right = output.right
+        if right is not None:
+            other = a.rename(right.frame.adapter.take(right.frame.data, right.rows), right.rename)
+            frame = a.hconcat(frame, other)
+        for column in output.columns:
+            frame = a.with_column(frame, column.name, column.values, column.dtype)
+        if output.keep is not None:
+            # After the new columns: a Polars frame selected down to no columns has no rows.
+            frame = a.select(frame, [*output.keep, *(c.name for c in output.columns)])
+        if output.fresh_labels:
+            frame = a.reset_labels(frame)
+        return frame.lazy() if self.lazy else frame

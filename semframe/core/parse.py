@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -9,10 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from semframe.errors import SemframeError
+from semframe.errors import InputError, SemframeError
 
 if TYPE_CHECKING:
-    from semframe.backends.base import TokenLogprob
+    from semframe.core.wire import TokenLogprob
 
 
 class ParseError(SemframeError, ValueError):
@@ -220,8 +221,6 @@ def field_spec(name: str, annotation: object) -> FieldSpec:
     import types
     import typing
 
-    from semframe.errors import InputError
-
     nullable = False
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
@@ -301,8 +300,6 @@ def record_spec(schema: object) -> tuple[OutputSpec, tuple[FieldSpec, ...]]:
     ...
     semframe.core.parse.ParseError: field 'year' is '1979', expected a int value
     """
-    from semframe.errors import InputError
-
     model: Any = None
     if isinstance(schema, type) and hasattr(schema, "model_fields"):
         model = schema
@@ -396,8 +393,6 @@ def label_spec(labels: object, *, multi: bool = False) -> OutputSpec:
     ...
     semframe.core.parse.ParseError: expected one of ['horror', 'comedy', 'drama'], got 'western'
     """
-    from semframe.errors import InputError
-
     if isinstance(labels, str) or not isinstance(labels, list | tuple):
         msg = f"labels must be a list of strings, got {labels!r}."
         raise InputError(msg)
@@ -562,3 +557,46 @@ def label_confidence(
             confidence *= p / sum(math.exp(lp) for lp in valid.values())
         out[label] = confidence
     return out
+
+
+def minimal_instance(schema: Mapping[str, Any], seed: str, path: str = "") -> Any:
+    """A small value valid under ``schema``, chosen deterministically from ``seed``.
+
+    Supports ``enum``/``const``, ``object`` (every listed property), ``array``
+    (``minItems`` copies), ``string``, ``integer``, ``number``, ``boolean``,
+    ``null``, ``anyOf``/``oneOf`` (first branch) and ``$ref`` into ``$defs``
+    (not resolved: an empty object).
+
+    Examples
+    --------
+    >>> minimal_instance({"type": "object", "properties": {"n": {"type": "integer"}}}, "x")
+    {'n': 0}
+    """
+    h = hashlib.blake2b((seed + "\x00" + path).encode("utf-8"), digest_size=16).digest()
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        options = list(schema["enum"])
+        return options[h[0] % len(options)] if options else None
+    for combo in ("anyOf", "oneOf", "allOf"):
+        if schema.get(combo):
+            return minimal_instance(schema[combo][0], seed, path)
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {k: minimal_instance(v, seed, f"{path}/{k}") for k, v in props.items()}
+    if kind == "array":
+        items = schema.get("items", {"type": "string"})
+        n = int(schema.get("minItems", 0))
+        return [minimal_instance(items, seed, f"{path}/{i}") for i in range(n)]
+    if kind == "string":
+        return f"v{h.hex()[:6]}"
+    if kind == "integer":
+        return int(schema.get("minimum", 0))
+    if kind == "number":
+        return float(schema.get("minimum", 0.0))
+    if kind == "boolean":
+        return bool(h[0] & 1)
+    return None

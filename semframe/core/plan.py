@@ -17,11 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from semframe.backends.base import Request
+from semframe._version import __version__
 from semframe.core.ordering import Ordering
 from semframe.core.parse import OutputSpec
 from semframe.core.table import MISSING, Table, render_value
 from semframe.core.template import Template
+from semframe.core.wire import Request
 from semframe.errors import InputError
 
 
@@ -343,8 +344,6 @@ def fingerprint(rq: RelQuery, reorder: str) -> str:
     >>> key == fingerprint(RelQuery("map", rq.template, u, TEXT), "ggr")
     False
     """
-    from semframe import __version__
-
     schema = rq.output.schema
     head = [
         PLAN_FORMAT,
@@ -367,6 +366,15 @@ def fingerprint(rq: RelQuery, reorder: str) -> str:
         digest.update(b"\x00" + array("q", map(len, cells)).tobytes())
         digest.update("".join(cells).encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
+
+
+def validate(rq: RelQuery) -> None:
+    """Fail before anything is sent when ``rq`` cannot be rendered or sent.
+
+    Renders the instructions (which checks the examples) and checks that all
+    text is valid Unicode (:func:`check_sendable`).
+    """
+    check_sendable(rq, render_instructions(rq))
 
 
 def check_sendable(rq: RelQuery, instructions: str) -> None:

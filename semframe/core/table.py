@@ -30,6 +30,7 @@ import decimal
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -250,11 +251,11 @@ def as_table(frame: object, columns: Sequence[str] | None = None) -> Table:
         if columns is not None:
             data = {c: data[c] for c in columns}
         return Table.from_columns(data)
-    module = type(frame).__module__.split(".")[0]
-    if module == "pandas":
-        return _from_pandas(frame, columns)
-    if module == "polars":
-        return _from_polars(frame, columns)
+    pd, pl = sys.modules.get("pandas"), sys.modules.get("polars")
+    if pd is not None and isinstance(frame, pd.DataFrame):  # subclasses too
+        return from_pandas(frame, columns)
+    if pl is not None and isinstance(frame, pl.DataFrame):
+        return from_polars(frame, columns)
     raise unsupported_frame(frame)
 
 
@@ -267,7 +268,8 @@ def unsupported_frame(frame: object) -> InputError:
     return InputError(msg)
 
 
-def _from_pandas(frame: Any, columns: Sequence[str] | None) -> Table:
+def from_pandas(frame: Any, columns: Sequence[str] | None) -> Table:
+    """The rendered text of ``columns`` of a pandas frame (all when ``None``)."""
     by_name = {str(c): c for c in frame.columns}
     names = list(by_name) if columns is None else list(columns)
     cells: dict[str, tuple[str, ...]] = {}
@@ -303,7 +305,8 @@ def _render_naive_datetimes(values: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _from_polars(frame: Any, columns: Sequence[str] | None) -> Table:
+def from_polars(frame: Any, columns: Sequence[str] | None) -> Table:
+    """The rendered text of ``columns`` of a Polars frame (all when ``None``)."""
     names = list(frame.columns) if columns is None else list(columns)
     cells = {name: render_column(frame.get_column(name).to_list()) for name in names}
     return Table(tuple(names), cells, frame.height)

@@ -187,3 +187,14 @@ def parse_template(text: object, *, require_fields: bool = True) -> Template:
         )
         raise TemplateError(msg)
     return Template(text, tuple(parts), fields)
+
+
+def compile_template(text: object, columns: Sequence[object]) -> Template:
+    """``parse_template(text)`` resolved against ``columns`` (what an operator needs).
+
+    Examples
+    --------
+    >>> compile_template("Is {review} good?", ["review", "movie"]).fields
+    ('review',)
+    """
+    return parse_template(text).resolve(columns)

@@ -20,29 +20,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from semframe import reorder as _reorder
-from semframe.backends import get_backend
+from semframe.backends import Backend, get_backend
 from semframe.config import ResolvedConfig, config
-from semframe.core.frames import FrameAdapter
+from semframe.core.frames import Frame, NewColumn, Output
 from semframe.core.ordering import Ordering
 from semframe.core.parse import TEXT
 from semframe.core.plan import Plan, RelQuery, make_plan
 from semframe.core.table import Table
-from semframe.core.template import Template, parse_template
+from semframe.core.template import Template, compile_template
+from semframe.cost.estimate import Estimate
 from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
-from semframe.operators.common import (
-    _apply_truncate,
-    check_new_columns,
-    check_options,
-    collect,
-    estimate_of,
-    guarded,
-    pop_run_options,
-    record_op,
-    relazy,
-    run,
-)
-from semframe.operators.parts import parts_call
-from semframe.runtime.execute import RunStats
+from semframe.operators.common import apply_truncate, check_new_columns, check_options
+from semframe.runtime.call import Call, Runner
+from semframe.runtime.estimate import estimate_plan
+
+__all__ = ["AGG", "Agg", "AggPlan"]
 
 ROWS_FIELD = "rows"
 PARTS_FIELD = "partial answers"
@@ -101,8 +93,8 @@ class AggPlan:
 
 @dataclass(frozen=True)
 class _Agg:
-    frame: Any
-    adapter: FrameAdapter
+    frame: Frame
+    backend: Backend
     settings: ResolvedConfig
     by: tuple[str, ...]
     out: str
@@ -170,7 +162,7 @@ def _fold(sizes: Sequence[int], budget: int | None) -> list[tuple[int, int]]:
 
 
 def _compile(
-    frame: Any,
+    frame: Frame,
     template: str,
     *,
     by: str | Sequence[str] | None = None,
@@ -181,10 +173,9 @@ def _compile(
     chunk_tokens: int | None = None,
     **settings: Any,
 ) -> _Agg:
-    frame, adapter = collect(frame)
     cfg = config(**settings)
-    columns = adapter.columns(frame)
-    parsed = parse_template(template).resolve(columns)
+    columns = frame.columns
+    parsed = compile_template(template, columns)
     by_cols = _check_by(by, columns)
     max_tokens = check_options("agg", max_tokens, system)
     if chunk_tokens is not None and (
@@ -202,11 +193,11 @@ def _compile(
     if ROWS_FIELD in by_cols or PARTS_FIELD in by_cols:
         msg = f"by may not name a column {ROWS_FIELD!r} or {PARTS_FIELD!r} (used by agg's prompts)."
         raise InputError(msg)
-    table = _apply_truncate(adapter.to_table(frame, fields), truncate)
-    keys_table = adapter.to_table(frame, by_cols)
-    check_new_columns(adapter, frame, [out])
+    table = apply_truncate(frame.table(fields), truncate)
+    keys_table = frame.table(by_cols)
+    check_new_columns(frame, [out])
     if cfg["errors"] == "keep":
-        check_new_columns(adapter, frame, [f"{out}_error"], "error column")
+        check_new_columns(frame, [f"{out}_error"], "error column")
 
     # Rows in the GGR order of the fields; groups in order of first appearance.
     ordering = _reorder.order(table, cfg["reorder"])
@@ -236,7 +227,7 @@ def _compile(
     if budget is None or any(sum(sizes[r] + 4 for r in rows) > budget for rows in members):
         budget = _budget(window, chunk_tokens, max_tokens, *fixed, backend.count_tokens, backend)
         sizes = backend.count_tokens(row_texts) if budget is not None else [0] * table.n_rows
-    labels = adapter.labels(frame)
+    labels = frame.labels
     for r, size in enumerate(sizes):
         if budget is not None and size > budget:
             longest = max(fields, key=lambda c: len(table.cells[c][r]))
@@ -269,7 +260,7 @@ def _compile(
     plan = AggPlan(first, len(keys), tuple(len(c) for c in chunk_rows), levels, total, budget)
     return _Agg(
         frame,
-        adapter,
+        backend,
         cfg,
         by_cols,
         out,
@@ -359,28 +350,47 @@ def _level_plan(  # noqa: PLR0917
     return make_plan(rq, ordering, "grouped")
 
 
-def plan_agg(frame: Any, template: str, **kwargs: Any) -> AggPlan:
-    """Implementation of ``df.llm.plan(op="agg")``: nothing is sent."""
-    return _compile(frame, template, **kwargs).plan
+class Agg:
+    """``df.llm.agg``: one answer per group of rows (or one over all), reduced level by level."""
+
+    name = "agg"
+    required: tuple[str, ...] = ()
+
+    def compile(self, frame: Frame, template: str, **kwargs: Any) -> _Agg:
+        """Validate the call, fold the rows into chunks and plan level 0; send nothing."""
+        return _compile(frame, template, **kwargs)
+
+    def plan(self, agg: _Agg) -> AggPlan:
+        """Level 0 exactly, and a bound on the rest."""
+        return agg.plan
+
+    def estimate(self, agg: _Agg, *, probe: int) -> Estimate:
+        """Level 0 simulated and scaled to every level (an upper bound)."""
+        plan = agg.plan
+        n = len(plan.first.requests)
+        return estimate_plan(
+            plan.first,
+            agg.settings,
+            op="agg",
+            probe=probe,
+            scale=plan.max_requests / n if n else 1.0,
+            notes=(
+                f"first relQuery ({n:,} requests) simulated; the later reduction levels are "
+                f"extrapolated from the first (an upper bound): {plan.max_requests:,} requests",
+            ),
+        )
+
+    def run(self, agg: _Agg, runner: Runner) -> Output:
+        """Run level after level until every group has one answer."""
+        return _run_agg(agg, runner)
 
 
-def llm_agg(frame: Any, template: str, **kwargs: Any) -> Any:
-    """Implementation of ``df.llm.agg``; see the accessor for documentation."""
-    options = pop_run_options(kwargs)
-    agg = _compile(frame, template, **kwargs)
-    est = estimate_of(agg.plan, agg.settings, options, "agg")
-    if options.dry_run:
-        return est
-    return guarded(options, est, frame, lambda: _run_agg(frame, agg))
-
-
-def _run_agg(frame: Any, agg: _Agg) -> Any:
+def _run_agg(agg: _Agg, runner: Runner) -> Output:
     cfg = agg.settings
-    labels = agg.adapter.labels(agg.frame)
+    labels = agg.frame.labels
     n_groups = len(agg.keys)
     answers: list[str | None] = [None] * n_groups
     errors: dict[int, str] = {}
-    runs: list[RunStats] = []
     # Work items of the current level: (group, text, label) per request.
     pending: list[tuple[int, str, str]] = []
     level_plan = agg.plan.first
@@ -389,13 +399,12 @@ def _run_agg(frame: Any, agg: _Agg) -> Any:
     ]
     level = 0
     while items:
-        call = parts_call([label for _, label in items], cfg, level_plan)
-        outcomes = run(call, runs)
+        outcomes = runner.run(Call([label for _, label in items], cfg, level_plan))
         partials: dict[int, list[str]] = {}
         for (g, label), outcome in zip(items, outcomes, strict=True):
             if g in errors:
                 continue
-            if not outcome.ok:
+            if outcome.error_kind is not None:
                 errors[g] = (
                     f"{outcome.error_kind} error at level {level} in {label}: {outcome.error} "
                     f"(after {outcome.attempts} attempt(s))"
@@ -414,24 +423,19 @@ def _run_agg(frame: Any, agg: _Agg) -> Any:
             break
         level += 1
         level_plan, items = _next_level(agg, pending, level)
-    record_op("agg", runs, levels=level + 1 if runs else 0, groups=n_groups)
-    # Each group's first row carries its key columns (dtypes kept); the answer is
-    # added to it, then only the key and answer columns are kept (selecting
-    # first would leave Polars a frame with no columns and so no rows).
-    result = agg.adapter.take(agg.frame, list(agg.firsts))
-    result = agg.adapter.with_column(result, agg.out, answers, "str")
-    columns = [*agg.by, agg.out]
+    runner.finish(levels=level + 1 if runner.runs else 0, groups=n_groups)
+    # Each group's first row carries its key columns (dtypes kept); only the key
+    # and answer columns are kept, under fresh labels.
+    columns = [NewColumn(agg.out, answers)]
+    if cfg["errors"] == "keep":
+        columns.append(NewColumn(f"{agg.out}_error", [errors.get(g) for g in range(n_groups)]))
+    result = Output(rows=agg.firsts, keep=agg.by, columns=tuple(columns), fresh_labels=True)
     failed = [
         RowError(g, _key(agg, g), "agg", errors[g], 0) for g in range(n_groups) if g in errors
     ]
-    if cfg["errors"] == "keep":
-        reasons = [errors.get(g) for g in range(n_groups)]
-        columns.append(f"{agg.out}_error")
-        result = agg.adapter.with_column(result, columns[-1], reasons, "str")
-    result = agg.adapter.reset_labels(agg.adapter.select(result, columns))
     if failed and cfg["errors"] != "keep":
-        raise RowErrors(failed, relazy(frame, result))
-    return relazy(frame, result)
+        raise RowErrors(failed, result)
+    return result
 
 
 def _key(agg: _Agg, g: int) -> object:
@@ -453,7 +457,7 @@ def _next_level(
 ) -> tuple[Plan, list[tuple[int, str]]]:
     """Fold each group's partial answers into chunks that fit; one relQuery for all."""
     cfg = agg.settings
-    backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
+    backend = agg.backend
     texts = [f"\npart {i + 1}: {t}" for i, (_, t, _) in enumerate(pending)]
     sizes = backend.count_tokens(texts) if agg.budget is not None else [0] * len(texts)
     by_group: dict[int, list[int]] = {}
@@ -483,3 +487,6 @@ def _next_level(
 
 def _halves(n: int) -> list[tuple[int, int]]:
     return [(i, min(i + 2, n)) for i in range(0, n, 2)]
+
+
+AGG = Agg()

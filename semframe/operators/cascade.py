@@ -37,10 +37,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from semframe.backends.base import TokenLogprob
-from semframe.core.parse import label_confidence
+from semframe.core.frames import Frame, NewColumn, Output
+from semframe.core.parse import label_confidence, record_spec
+from semframe.core.wire import Outcome, TokenLogprob
+from semframe.cost.estimate import Estimate
 from semframe.errors import InputError
-from semframe.runtime.execute import Outcome, RunStats
+from semframe.operators.common import LOGPROB_BACKENDS, TOP_LOGPROBS, check_new_columns
+from semframe.operators.rowwise import CLASSIFY, EXTRACT, FILTER, RowwiseCall
+from semframe.runtime.call import Call, Runner, backend_of, with_logprobs
+from semframe.runtime.estimate import estimate_plan
+from semframe.runtime.stats import RunStats, last_op
 
 Metric = Literal["accuracy", "precision", "recall"]
 CASCADE_OPS = ("filter", "classify", "extract")
@@ -722,7 +728,7 @@ def answer_confidence(op: str, outcome: Outcome, labels: Sequence[str] = ()) -> 
     >>> round(answer_confidence("filter", o), 3)
     0.8
     """
-    if not outcome.ok or outcome.logprobs is None or outcome.raw is None:
+    if outcome.error_kind is not None or outcome.logprobs is None or outcome.raw is None:
         return None
     if op == "extract":
         return math.exp(sum(t.logprob for t in outcome.logprobs))
@@ -745,7 +751,7 @@ def agreement(outcomes: Sequence[Outcome]) -> tuple[Outcome, float | None]:
     >>> best.value, round(share, 3)
     ('x', 0.667)
     """
-    ok = [o for o in outcomes if o.ok]
+    ok = [o for o in outcomes if o.error_kind is None]
     if not ok:
         return outcomes[0], None
     counts = Counter(repr(_normal(o.value)) for o in ok)
@@ -821,21 +827,20 @@ class CascadeReport:
         return "\n".join(lines) + ")"
 
 
-_last_cascade: CascadeReport | None = None
-
-
 def last_cascade() -> CascadeReport | None:
-    """The report of the most recent cascade run in this process."""
-    return _last_cascade
+    """The report of the most recent cascade run (``semframe.last_op().detail``)."""
+    op = last_op()
+    detail = op.detail if op is not None else None
+    return detail if isinstance(detail, CascadeReport) else None
 
 
 @dataclass(frozen=True)
-class _Op:
-    """What a cascade needs to know about its operator."""
+class _Spec:
+    """What a cascade needs to know about its operator: compile a stage, read a confidence."""
 
     op: str
     labels: tuple[str, ...]
-    compile: Callable[[Any, Mapping[str, Any]], Any]
+    compile: Callable[[Frame, Mapping[str, Any]], RowwiseCall]
 
 
 def _stage_settings(stage: Stage, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -848,22 +853,13 @@ def _stage_settings(stage: Stage, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _with_logprobs(call: Any) -> Any:
-    from semframe.operators.common import TOP_LOGPROBS
-    from semframe.runtime.call import with_logprobs
-
-    return with_logprobs(call, TOP_LOGPROBS)
+def _logprobs(compiled: RowwiseCall) -> RowwiseCall:
+    return dataclasses.replace(compiled, call=with_logprobs(compiled.call, TOP_LOGPROBS))
 
 
-def _operator(op: str, template: str, extra: Mapping[str, Any]) -> _Op:
-    from semframe.operators import common as ops
-
+def _spec(op: str, template: str, extra: Mapping[str, Any]) -> _Spec:
     if op == "filter":
-        return _Op(
-            op,
-            _YES_NO,
-            lambda f, kw: _with_logprobs(ops.compile_call(f, template, op="filter", **kw)),
-        )
+        return _Spec(op, _YES_NO, lambda f, kw: _logprobs(FILTER.compile(f, template, **kw)))
     if op == "classify":
         labels = extra["labels"]
         if extra.get("multi"):
@@ -876,37 +872,34 @@ def _operator(op: str, template: str, extra: Mapping[str, Any]) -> _Op:
             msg = "cascade= and confidence=True do not combine; the cascade reports its stages."
             raise InputError(msg)
         out = extra.get("out", "label")
-        return _Op(
+        return _Spec(
             op,
             tuple(cast("Sequence[str]", labels)),
-            lambda f, kw: ops.compile_classify(f, template, labels, out=out, confidence=True, **kw),
+            lambda f, kw: CLASSIFY.compile(
+                f, template, labels=labels, out=out, confidence=True, **kw
+            ),
         )
     if op == "extract":
         schema = extra["schema"]
-        return _Op(
-            op,
-            (),
-            lambda f, kw: _with_logprobs(ops.compile_extract(f, template, schema, **kw)),
+        return _Spec(
+            op, (), lambda f, kw: _logprobs(EXTRACT.compile(f, template, schema=schema, **kw))
         )
     msg = f"cascade= works with {', '.join(CASCADE_OPS)}; not with {op!r}."
     raise InputError(msg)
 
 
-def check_stages(plan: CascadePlan, compiled: Sequence[Any]) -> None:
+def check_stages(plan: CascadePlan, compiled: Sequence[RowwiseCall]) -> None:
     """Fail before any request unless every stage can say how confident it is.
 
     Every stage but the last needs a backend reporting logprobs, or
     ``samples > 1``; no stage may use ``batch=True``.
     """
-    from semframe.backends import get_backend
-    from semframe.operators.common import LOGPROB_BACKENDS
-
     for i, (stage, call) in enumerate(zip(plan.stages, compiled, strict=True)):
         cfg = call.settings
         if cfg["batch"]:
             msg = f"cascade stage {i} ({stage.name}): batch=True is not supported in a cascade."
             raise InputError(msg)
-        backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
+        backend = backend_of(cfg)
         if i == len(plan.stages) - 1 or stage.samples > 1:
             continue
         if not backend.capabilities.logprobs:
@@ -920,29 +913,27 @@ def check_stages(plan: CascadePlan, compiled: Sequence[Any]) -> None:
 
 
 def _prepare(
-    frame: Any,
+    frame: Frame,
     template: str,
     op: str,
     *,
     plan: CascadePlan,
     kwargs: Mapping[str, Any],
     extra: Mapping[str, Any],
-) -> tuple[_Op, list[Any]]:
-    spec = _operator(op, template, extra)
+) -> tuple[_Spec, list[RowwiseCall]]:
+    spec = _spec(op, template, extra)
     compiled = [spec.compile(frame, _stage_settings(s, kwargs)) for s in plan.stages]
     check_stages(plan, compiled)
     return spec, compiled
 
 
 def _answer_stage(
-    spec: _Op, stage: Stage, call: Any, runs: list[RunStats]
+    spec: _Spec, stage: Stage, call: Call, runner: Runner
 ) -> tuple[list[Outcome], list[float | None]]:
-    from semframe.operators.common import run
-
     if stage.samples == 1:
-        outcomes = run(call, runs)
+        outcomes = runner.run(call)
         return outcomes, [answer_confidence(spec.op, o, spec.labels) for o in outcomes]
-    samples = [run(call, runs) for _ in range(stage.samples)]
+    samples = [runner.run(call) for _ in range(stage.samples)]
     picked = [agreement(list(row)) for row in zip(*samples, strict=True)]
     return [o for o, _ in picked], [c for _, c in picked]
 
@@ -960,34 +951,36 @@ def answer_all(
     Each stage runs as one relQuery over all rows, with its own reordering.
     """
     plan = as_plan(cascade, None)
-    spec, compiled = _prepare(frame, template, op, plan=plan, kwargs=kwargs, extra=extra or {})
+    spec, compiled = _prepare(
+        Frame.of(frame), template, op, plan=plan, kwargs=kwargs, extra=extra or {}
+    )
     out = []
-    for stage, call in zip(plan.stages, compiled, strict=True):
-        runs: list[RunStats] = []
-        outcomes, confs = _answer_stage(spec, stage, call, runs)
+    for stage, compiled_stage in zip(plan.stages, compiled, strict=True):
+        runner = Runner(op)
+        outcomes, confs = _answer_stage(spec, stage, compiled_stage.call, runner)
         out.append(
             StageAnswers(
                 stage.name,
-                tuple(o.value if o.ok else None for o in outcomes),
+                tuple(o.value if o.error_kind is None else None for o in outcomes),
                 tuple(confs),
-                tuple(runs),
+                tuple(runner.runs),
             )
         )
     return out
 
 
-def run_cascade(
-    frame: Any,
-    template: str,
-    op: str,
-    cascade: object,
-    *,
-    thresholds: Sequence[float] | None = None,
-    stage_column: str | None = "llm_stage",
-    extra: Mapping[str, Any] | None = None,
-    **kwargs: Any,
-) -> Any:
-    """Implementation of ``cascade=`` on ``filter``, ``classify`` and ``extract``.
+@dataclass(frozen=True)
+class CascadeCall:
+    """A compiled cascade: each stage's compiled call over every row."""
+
+    plan: CascadePlan
+    spec: _Spec
+    stages: tuple[RowwiseCall, ...]
+    stage_column: str | None
+
+
+class CascadeOperator:
+    """``cascade=`` on ``filter``, ``classify`` or ``extract``: the operator run as a cascade.
 
     Examples
     --------
@@ -1006,118 +999,92 @@ def run_cascade(
     >>> [(s.stage, s.rows_in, s.answered) for s in last_cascade().stages]
     [('fake/doc-small', 3, 2), ('fake/doc-big', 1, 1)]
     """
-    global _last_cascade
-    from semframe.operators import common as ops
 
-    extra = dict(extra or {})
-    options = ops.pop_run_options(kwargs)
-    plan = as_plan(cascade, thresholds)
-    if options.budget is not None:
-        msg = "budget= is not supported with cascade= yet; check the estimate (dry_run=True)."
-        raise InputError(msg)
-    spec, compiled = _prepare(frame, template, op, plan=plan, kwargs=kwargs, extra=extra)
-    first = compiled[0]
-    if stage_column is not None:
-        ops.check_new_columns(first.adapter, first.frame, [stage_column], "stage_column")
-    if options.dry_run:
-        return estimate_cascade(plan, compiled, op)
-    eager, adapter = first.frame, first.adapter
-    n = len(adapter.labels(eager))
-    final: list[Outcome | None] = [None] * n
-    stage_of: list[int] = [len(plan.stages) - 1] * n
-    pending = list(range(n))
-    all_runs: list[RunStats] = []
-    reports = []
-    for s, stage in enumerate(plan.stages):
-        if not pending:
-            reports.append(StageReport(stage.name, 0, 0, ()))
-            continue
-        call = (
-            compiled[s]
-            if len(pending) == n
-            else spec.compile(adapter.take(eager, pending), _stage_settings(stage, kwargs))
-        )
-        runs: list[RunStats] = []
-        outcomes, confs = _answer_stage(spec, stage, call, runs)
-        last = s == len(plan.stages) - 1
-        still = []
-        for pos, outcome, conf in zip(pending, outcomes, confs, strict=True):
-            keep = last or (outcome.ok and conf is not None and conf >= plan.thresholds[s])
-            if keep:
-                final[pos] = outcome
-                stage_of[pos] = s
-            else:
-                still.append(pos)
-        reports.append(
-            StageReport(stage.name, len(pending), len(pending) - len(still), tuple(runs))
-        )
-        all_runs.extend(runs)
-        pending = still
-    outcomes_final = [
-        o if o is not None else Outcome(None, None, "backend", "no stage", 0) for o in final
-    ]
-    report = CascadeReport(op, n, tuple(reports), plan.thresholds)
-    _last_cascade = report
-    ops.record_op(
-        op,
-        all_runs,
-        **{f"stage{i}_answered": r.answered for i, r in enumerate(reports)},
-    )
-    names = [plan.stages[s].name for s in stage_of]
-    return _build(
-        op,
-        frame,
-        first,
-        outcomes=outcomes_final,
-        names=names,
-        stage_column=stage_column,
-        extra=extra,
-    )
+    def __init__(self, base: Any) -> None:
+        if base.name not in CASCADE_OPS:
+            msg = f"cascade= works with {', '.join(CASCADE_OPS)}; not with {base.name!r}."
+            raise InputError(msg)
+        self.base = base
+        self.name: str = base.name
+        self.required: tuple[str, ...] = base.required
 
-
-def _build(
-    op: str,
-    original: Any,
-    call: Any,
-    *,
-    outcomes: Sequence[Outcome],
-    names: Sequence[str],
-    stage_column: str | None,
-    extra: Mapping[str, Any],
-) -> Any:
-    from semframe.errors import RowErrors
-    from semframe.operators import common as ops
-
-    adapter, frame = call.adapter, call.frame
-    if op == "filter":
-        keep = [i for i, o in enumerate(outcomes) if o.value is True or not o.ok]
-        result = adapter.take(frame, keep)
+    def compile(
+        self,
+        frame: Frame,
+        template: str,
+        *,
+        cascade: object,
+        thresholds: Sequence[float] | None = None,
+        stage_column: str | None = "llm_stage",
+        **kwargs: Any,
+    ) -> CascadeCall:
+        """Compile every stage's call over all rows; send nothing."""
+        extra: dict[str, Any] = {}
+        for name in ("schema", "labels", "out", "multi", "confidence"):
+            if name in kwargs:
+                extra[name] = kwargs.pop(name)
+        for name in ("backend", "model"):
+            if kwargs.get(name) is not None:
+                msg = f"{name}= and cascade= do not combine: each cascade stage names its {name}."
+                raise InputError(msg)
+            kwargs.pop(name, None)
+        plan = as_plan(cascade, thresholds)
+        spec, compiled = _prepare(frame, template, self.name, plan=plan, kwargs=kwargs, extra=extra)
         if stage_column is not None:
-            result = adapter.with_column(result, stage_column, [names[i] for i in keep], "str")
-        errors = ops._row_errors(call, outcomes)
-        as_column = call.settings["errors"] == "keep"
-        if errors or as_column:
-            reasons = [None if outcomes[i].ok else ops._describe(outcomes[i]) for i in keep]
-            result = adapter.with_column(result, "llm_error", reasons, "str")
-        if errors and not as_column:
-            raise RowErrors(errors, ops.relazy(original, result))
-        return ops.relazy(original, result)
-    if op == "classify":
-        out = extra.get("out", "label")
-        result = adapter.with_column(frame, out, [o.value for o in outcomes], "str")
-        error_column = f"{out}_error"
-    else:
-        from semframe.core.parse import record_spec
+            check_new_columns(frame, [stage_column], "stage_column")
+        return CascadeCall(plan, spec, tuple(compiled), stage_column)
 
-        _, fields = record_spec(extra["schema"])
-        result = frame
-        for i, f in enumerate(fields):
-            values = [o.value[i] if o.ok else None for o in outcomes]
-            result = adapter.with_column(result, f.name, values, f.dtype)
-        error_column = "llm_error"
-    if stage_column is not None:
-        result = adapter.with_column(result, stage_column, list(names), "str")
-    return ops._finish(original, call, outcomes, result, error_column)
+    def plan(self, compiled: CascadeCall) -> Any:
+        """Each stage's plan over every row (later stages see only the rows escalated)."""
+        return tuple(c.call.plan for c in compiled.stages)
+
+    def estimate(self, compiled: CascadeCall, *, probe: int) -> Any:
+        """The :class:`CascadeEstimate`: each stage priced for the rows expected to reach it."""
+        return estimate_cascade(compiled.plan, compiled.stages, self.name)
+
+    def run(self, compiled: CascadeCall, runner: Runner) -> Output:
+        """Stage after stage, each over the rows the ones before were unsure of."""
+        plan, spec = compiled.plan, compiled.spec
+        first = compiled.stages[0]
+        n = len(first.call.labels)
+        final: list[Outcome | None] = [None] * n
+        stage_of: list[int] = [len(plan.stages) - 1] * n
+        pending = list(range(n))
+        reports = []
+        for s, stage in enumerate(plan.stages):
+            if not pending:
+                reports.append(StageReport(stage.name, 0, 0, ()))
+                continue
+            call = compiled.stages[s].call
+            if len(pending) != n:
+                call = call.take(pending)
+            before = len(runner.runs)
+            outcomes, confs = _answer_stage(spec, stage, call, runner)
+            last = s == len(plan.stages) - 1
+            still = []
+            for pos, outcome, conf in zip(pending, outcomes, confs, strict=True):
+                ok = outcome.error_kind is None
+                if last or (ok and conf is not None and conf >= plan.thresholds[s]):
+                    final[pos] = outcome
+                    stage_of[pos] = s
+                else:
+                    still.append(pos)
+            runs = tuple(runner.runs[before:])
+            reports.append(StageReport(stage.name, len(pending), len(pending) - len(still), runs))
+            pending = still
+        outcomes_final = [
+            o if o is not None else Outcome(None, None, "backend", "no stage", 0) for o in final
+        ]
+        report = CascadeReport(self.name, n, tuple(reports), plan.thresholds)
+        runner.finish(
+            detail=report,
+            **{f"stage{i}_answered": r.answered for i, r in enumerate(reports)},
+        )
+        extra: list[NewColumn] = []
+        if compiled.stage_column is not None:
+            names = [plan.stages[s].name for s in stage_of]
+            extra.append(NewColumn(compiled.stage_column, names))
+        return self.base.output(first, outcomes_final, extra)  # type: ignore[no-any-return]
 
 
 # -- estimating a cascade ------------------------------------------------------------
@@ -1143,7 +1110,7 @@ class CascadeEstimate:
     """
 
     stages: tuple[str, ...]
-    estimates: tuple[Any, ...]
+    estimates: tuple[Estimate, ...]
     reach: tuple[float, ...]
     samples: tuple[int, ...]
     calibrated: bool
@@ -1193,11 +1160,11 @@ class CascadeEstimate:
         return "\n".join(lines)
 
 
-def estimate_cascade(plan: CascadePlan, compiled: Sequence[Any], op: str) -> CascadeEstimate:
+def estimate_cascade(
+    plan: CascadePlan, compiled: Sequence[RowwiseCall], op: str
+) -> CascadeEstimate:
     """Price a cascade from each stage's estimate and the calibrated escalation shares."""
-    from semframe.cost.estimate import estimate_plan
-
-    estimates = tuple(estimate_plan(c.plan, c.settings, op=op) for c in compiled)
+    estimates = tuple(estimate_plan(c.call.plan, c.settings, op=op) for c in compiled)
     return CascadeEstimate(
         tuple(s.name for s in plan.stages),
         estimates,
@@ -1289,8 +1256,6 @@ def calibrate(
     >>> plan.thresholds, round(plan.calibration.escalated, 2)
     ((0.99,), 0.18)
     """
-    from semframe.operators import common as ops
-
     targets = {
         "accuracy": target_accuracy,
         "precision": target_precision,
@@ -1305,23 +1270,26 @@ def calibrate(
         msg = f"target_{metric}= is for filter; use target_accuracy= for {op}."
         raise InputError(msg)
     plan = as_plan(cascade, None)
-    eager, adapter = ops.collect(frame)
-    n = len(adapter.labels(eager))
+    edge = Frame.of(frame)
+    n = edge.height
+    eager = edge.data
     labels_from = "given"
     if labels is None:
         rows = sorted(random.Random(seed).sample(range(n), min(sample, n)))
-        eager = adapter.take(eager, rows)
+        eager = edge.adapter.take(eager, rows)
         labels_from = plan.stages[-1].name
     elif isinstance(labels, str):
-        if labels not in adapter.columns(eager):
-            msg = f"labels={labels!r} is not a column; columns: {adapter.columns(eager)}."
+        if labels not in edge.columns:
+            msg = f"labels={labels!r} is not a column; columns: {list(edge.columns)}."
             raise InputError(msg)
         labels = list(eager[labels])  # pandas and Polars columns alike: raw values
-    if labels is not None and len(labels) != len(adapter.labels(eager)):
+    if labels is not None and len(labels) != edge.adapter.height(eager):
         msg = f"labels has {len(labels)} values for {n} rows; give one per row."
         raise InputError(msg)
     if dry_run:
-        _, compiled = _prepare(eager, template, op, plan=plan, kwargs=kwargs, extra=extra or {})
+        _, compiled = _prepare(
+            Frame.of(eager), template, op, plan=plan, kwargs=kwargs, extra=extra or {}
+        )
         return estimate_cascade(CascadePlan(plan.stages, plan.thresholds), compiled, op)
     answers = answer_all(eager, template, op, plan, extra, **kwargs)
     if labels is None:
@@ -1346,8 +1314,6 @@ def _record(label: object, extra: Mapping[str, Any] | None) -> object:
     """An extract label (a mapping) as the tuple of field values extract answers with."""
     if not isinstance(label, Mapping):
         return label
-    from semframe.core.parse import record_spec
-
     _, fields = record_spec((extra or {})["schema"])
     return tuple(label.get(f.name) for f in fields)
 
@@ -1355,7 +1321,9 @@ def _record(label: object, extra: Mapping[str, Any] | None) -> object:
 __all__ = [
     "CASCADE_OPS",
     "Calibration",
+    "CascadeCall",
     "CascadeEstimate",
+    "CascadeOperator",
     "CascadePlan",
     "CascadeReport",
     "Stage",
@@ -1374,6 +1342,5 @@ __all__ = [
     "last_cascade",
     "metric_counts",
     "route",
-    "run_cascade",
     "split_rows",
 ]

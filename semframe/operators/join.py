@@ -27,28 +27,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from semframe.config import config
-from semframe.core.frames import FrameAdapter
+from semframe.core.frames import Frame, NewColumn, Output, RightSide
 from semframe.core.ordering import Ordering
 from semframe.core.parse import BOOL
-from semframe.core.plan import RelQuery, make_plan
+from semframe.core.plan import Plan, RelQuery, make_plan
 from semframe.core.table import MISSING, Table
 from semframe.core.template import Placeholder, Template, parse_template
+from semframe.cost.estimate import Estimate
 from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
-from semframe.operators.common import (
-    _apply_truncate,
-    check_error_column,
-    check_options,
-    collect,
-    estimate_of,
-    guarded,
-    pop_run_options,
-    record_op,
-    relazy,
-    run,
-)
-from semframe.operators.parts import parts_call
-from semframe.runtime.call import Call
-from semframe.runtime.execute import RunStats
+from semframe.operators.common import apply_truncate, check_error_column, check_options, describe
+from semframe.operators.embed import EMBEDDERS, embed, top_k
+from semframe.runtime.call import Call, Runner
+from semframe.runtime.estimate import estimate_call
+
+__all__ = ["JOIN", "Join", "JoinCall", "compile_join"]
 
 SIDES = ("left", "right")
 
@@ -63,10 +55,8 @@ class JoinCall:
         The pairs relQuery (``call.plan``), one request per candidate pair.
     pairs : tuple of (int, int)
         Candidate pairs (left position, right position), in the result's order.
-    left, right : frame
-        The two frames (collected when lazy).
-    adapter : FrameAdapter
-        Their library's adapter.
+    left, right : Frame
+        The two frames.
     suffix : str
         Added to right column names the left frame also has.
     major : str
@@ -75,9 +65,8 @@ class JoinCall:
 
     call: Call
     pairs: tuple[tuple[int, int], ...]
-    left: Any
-    right: Any
-    adapter: FrameAdapter
+    left: Frame
+    right: Frame
     suffix: str
     major: str
 
@@ -169,27 +158,30 @@ def compile_join(
     block_model: str = "tfidf",
     **settings: Any,
 ) -> JoinCall:
-    """Validate a join and build its pairs relQuery; sends nothing."""
-    left, adapter = collect(frame)
-    right, other_adapter = collect(other)
-    if type(adapter) is not type(other_adapter):
+    """Validate a join and build its pairs relQuery; sends nothing.
+
+    ``frame`` and ``other`` are DataFrames (or :class:`~semframe.core.frames.Frame`).
+    """
+    left, right = Frame.of(frame), Frame.of(other)
+    if not left.same_library(right):
+        a, b = left.data, right.data
         msg = (
-            f"join needs two frames of the same library; got {type(left).__module__}."
-            f"{type(left).__name__} and {type(right).__module__}.{type(right).__name__}."
+            f"join needs two frames of the same library; got {type(a).__module__}."
+            f"{type(a).__name__} and {type(b).__module__}.{type(b).__name__}."
         )
         raise InputError(msg)
     if not isinstance(suffix, str) or not suffix:
         msg = f"suffix must be a non-empty str, got {suffix!r}."
         raise InputError(msg)
     cfg = config(**settings)
-    lcols, rcols = adapter.columns(left), adapter.columns(right)
+    lcols, rcols = list(left.columns), list(right.columns)
     parsed = _qualify(parse_template(template), lcols, rcols)
     keys = _keys(on, lcols, rcols)
     max_tokens = check_options("join", max_tokens, system)
     renamed = [c + suffix if c in lcols else c for c in rcols]
-    check_error_column(adapter, left, cfg, "llm_error")
+    check_error_column(left, cfg, "llm_error")
     if cfg["errors"] == "keep" and "llm_error" in renamed:
-        check_error_column(adapter, right, cfg, "llm_error")
+        check_error_column(right, cfg, "llm_error")
     clash = sorted(set(renamed) & set(lcols))
     if clash:
         msg = f"suffix={suffix!r} still leaves right columns named like left ones: {clash}."
@@ -197,22 +189,17 @@ def compile_join(
     side_fields = {
         s: [f.partition(".")[2] for f in parsed.fields if f.startswith(s + ".")] for s in SIDES
     }
-    tables = {
-        "left": adapter.to_table(left, side_fields["left"]),
-        "right": adapter.to_table(right, side_fields["right"]),
-    }
+    tables = {"left": left.table(side_fields["left"]), "right": right.table(side_fields["right"])}
     limits: dict[str, int] | int | None = None
     if truncate is not None:
         limits = truncate if isinstance(truncate, int) else _qualify_limits(truncate, parsed)
     pair_table = _pairs_table(tables, parsed.fields)
-    pairs = _candidates(adapter, left, right, keys)
+    pairs = _candidates(left, right, keys)
     blocking = _blocking(block, block_k, block_on, block_model, left=lcols, right=rcols)
     if blocking is not None:
-        pairs = _embedding_block(
-            adapter, left, right, pairs, side_fields=side_fields, blocking=blocking
-        )
+        pairs = _embedding_block(left, right, pairs, side_fields=side_fields, blocking=blocking)
     major = _major(tables, pairs) if cfg["reorder"] != "none" else "left"
-    table = _apply_truncate(pair_table(pairs), limits)
+    table = apply_truncate(pair_table(pairs), limits)
     minor = "right" if major == "left" else "left"
     fields = tuple(f for f in parsed.fields if f.startswith(major + ".")) + tuple(
         f for f in parsed.fields if f.startswith(minor + ".")
@@ -231,9 +218,9 @@ def compile_join(
         cfg["temperature"],
     )
     plan = make_plan(rq, ordering, f"{major}-first")
-    llabels, rlabels = adapter.labels(left), adapter.labels(right)
-    call = parts_call([(llabels[i], rlabels[j]) for i, j in pairs], cfg, plan)
-    return JoinCall(call, tuple(pairs), left, right, adapter, suffix, major)
+    llabels, rlabels = left.labels, right.labels
+    call = Call([(llabels[i], rlabels[j]) for i, j in pairs], cfg, plan)
+    return JoinCall(call, tuple(pairs), left, right, suffix, major)
 
 
 def _qualify_limits(truncate: Mapping[str, int], template: Template) -> dict[str, int]:
@@ -259,14 +246,14 @@ def _pairs_table(tables: Mapping[str, Table], fields: Sequence[str]) -> Any:
 
 
 def _candidates(
-    adapter: FrameAdapter, left: Any, right: Any, keys: Sequence[tuple[str, str]]
+    left: Frame, right: Frame, keys: Sequence[tuple[str, str]]
 ) -> list[tuple[int, int]]:
     """Candidate pairs in (left, right) order: all, or those whose keys render equal."""
-    n, m = adapter.height(left), adapter.height(right)
+    n, m = left.height, right.height
     if not keys:
         return [(i, j) for i in range(n) for j in range(m)]
-    lk = adapter.to_table(left, [a for a, _ in keys])
-    rk = adapter.to_table(right, [b for _, b in keys])
+    lk = left.table([a for a, _ in keys])
+    rk = right.table([b for _, b in keys])
     index: dict[tuple[str, ...], list[int]] = {}
     for j in range(m):
         key = tuple(rk.cells[b][j] for _, b in keys)
@@ -297,8 +284,6 @@ def _blocking(
     right: Sequence[str],
 ) -> _Blocking | None:
     """Validate the ``block*`` arguments; None without blocking."""
-    from semframe.operators.embed import EMBEDDERS
-
     if block is None:
         return None
     if block != "embedding":
@@ -329,17 +314,14 @@ def _blocking(
 
 
 def _embedding_block(
-    adapter: FrameAdapter,
-    left: Any,
-    right: Any,
+    left: Frame,
+    right: Frame,
     pairs: Sequence[tuple[int, int]],
     *,
     side_fields: Mapping[str, Sequence[str]],
     blocking: _Blocking,
 ) -> list[tuple[int, int]]:
     """The pairs whose right row is among the left row's ``k`` most similar candidates."""
-    from semframe.operators.embed import embed, top_k
-
     texts = {}
     for at, (side, frame) in enumerate((("left", left), ("right", right))):
         cols = [blocking.on[at]] if blocking.on is not None else list(side_fields[side])
@@ -349,7 +331,7 @@ def _embedding_block(
                 f"of its columns; pass block_on=(left_column, right_column)."
             )
             raise InputError(msg)
-        table = adapter.to_table(frame, cols)
+        table = frame.table(cols)
         texts[side] = ["\n".join(table.cells[c][r] for c in cols) for r in range(table.n_rows)]
     lvec, rvec = embed(texts["left"], texts["right"], blocking.model)
     candidates: list[list[int]] = [[] for _ in range(len(texts["left"]))]
@@ -374,55 +356,58 @@ def _major(tables: Mapping[str, Table], pairs: Sequence[tuple[int, int]]) -> str
     return "right" if saved["right"] > saved["left"] else "left"
 
 
-def plan_join(frame: Any, other: Any, template: str, **kwargs: Any) -> Any:
-    """Implementation of ``df.llm.plan(op="join", other=...)``: the pairs plan."""
-    return compile_join(frame, other, template, **kwargs).call.plan
+class Join:
+    """``df.llm.join``: the pairs of rows of two frames the model says yes to."""
 
+    name = "join"
+    required: tuple[str, ...] = ("other",)
 
-def llm_join(frame: Any, other: Any, template: str, **kwargs: Any) -> Any:
-    """Implementation of ``df.llm.join``; see the accessor for documentation."""
-    options = pop_run_options(kwargs)
-    jc = compile_join(frame, other, template, **kwargs)
-    est = estimate_of(jc.call.plan, jc.call.settings, options, "join")
-    if options.dry_run:
-        return est
-    return guarded(options, est, frame, lambda: _run_join(frame, jc))
+    def compile(self, frame: Frame, template: str, *, other: Any, **kwargs: Any) -> JoinCall:
+        """Validate the join, find the candidate pairs, plan them; send nothing."""
+        return compile_join(frame, other, template, **kwargs)
 
+    def plan(self, jc: JoinCall) -> Plan:
+        """The pairs relQuery, exactly."""
+        return jc.call.plan
 
-def _run_join(frame: Any, jc: JoinCall) -> Any:
-    runs: list[RunStats] = []
-    outcomes = run(jc.call, runs)
-    n, m = jc.adapter.height(jc.left), jc.adapter.height(jc.right)
-    record_op("join", runs, pairs=len(jc.pairs), naive_pairs=n * m)
-    keep_errors = jc.call.settings["errors"] == "keep"
-    chosen = [i for i, o in enumerate(outcomes) if o.value is True or (not o.ok)]
-    left = jc.adapter.take(jc.left, [jc.pairs[i][0] for i in chosen])
-    right = jc.adapter.take(jc.right, [jc.pairs[i][1] for i in chosen])
-    lcols = set(jc.adapter.columns(jc.left))
-    right = jc.adapter.rename(
-        right, {c: c + jc.suffix for c in jc.adapter.columns(jc.right) if c in lcols}
-    )
-    result = jc.adapter.hconcat(left, right)
-    errors = [
-        RowError(
-            jc.pairs[i][0],
-            jc.call.adapter.labels(jc.call.frame)[i],
-            o.error_kind or "",
-            f"pair with right row {jc.pairs[i][1]}: {o.error}",
-            o.attempts,
+    def estimate(self, jc: JoinCall, *, probe: int) -> Estimate:
+        """The pairs relQuery's estimate (pairs the result cache answers are not counted)."""
+        return estimate_call(jc.call.plan, jc.call.settings, op="join", probe=probe)
+
+    def run(self, jc: JoinCall, runner: Runner) -> Output:
+        """Ask every candidate pair; the matching pairs, left columns then right ones."""
+        outcomes = runner.run(jc.call)
+        n, m = jc.left.height, jc.right.height
+        runner.finish(pairs=len(jc.pairs), naive_pairs=n * m)
+        keep_errors = jc.call.settings["errors"] == "keep"
+        chosen = [i for i, o in enumerate(outcomes) if o.value is True or o.error_kind is not None]
+        lcols = set(jc.left.columns)
+        right = RightSide(
+            jc.right,
+            [jc.pairs[i][1] for i in chosen],
+            {c: c + jc.suffix for c in jc.right.columns if c in lcols},
         )
-        for i, o in enumerate(outcomes)
-        if not o.ok
-    ]
-    if errors or keep_errors:
-        reasons = [
-            None
-            if outcomes[i].ok
-            else f"{outcomes[i].error_kind}: {outcomes[i].error} "
-            f"(after {outcomes[i].attempts} attempt(s))"
-            for i in chosen
+        errors = [
+            RowError(
+                jc.pairs[i][0],
+                jc.call.labels[i],
+                o.error_kind or "",
+                f"pair with right row {jc.pairs[i][1]}: {o.error}",
+                o.attempts,
+            )
+            for i, o in enumerate(outcomes)
+            if o.error_kind is not None
         ]
-        result = jc.adapter.with_column(result, "llm_error", reasons, "str")
-    if errors and not keep_errors:
-        raise RowErrors(errors, relazy(frame, result))
-    return relazy(frame, result)
+        columns: tuple[NewColumn, ...] = ()
+        if errors or keep_errors:
+            reasons = [
+                None if outcomes[i].error_kind is None else describe(outcomes[i]) for i in chosen
+            ]
+            columns = (NewColumn("llm_error", reasons),)
+        result = Output(rows=[jc.pairs[i][0] for i in chosen], columns=columns, right=right)
+        if errors and not keep_errors:
+            raise RowErrors(errors, result)
+        return result
+
+
+JOIN = Join()

@@ -20,33 +20,27 @@ the same way throughout a round.)
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from semframe.config import ResolvedConfig, config
-from semframe.core.frames import FrameAdapter
+from semframe.core.frames import Frame, NewColumn, Output
 from semframe.core.ordering import Ordering
 from semframe.core.parse import label_spec
 from semframe.core.plan import Plan, RelQuery, make_plan
 from semframe.core.table import Table
-from semframe.core.template import Template, parse_template
+from semframe.core.template import Template, compile_template
+from semframe.core.wire import Outcome
+from semframe.cost.estimate import Estimate
 from semframe.errors import InputError, RowError, RowErrors
-from semframe.operators.common import (
-    _apply_truncate,
-    check_error_column,
-    check_options,
-    collect,
-    estimate_of,
-    guarded,
-    pop_run_options,
-    record_op,
-    relazy,
-    run,
-)
-from semframe.operators.parts import parts_call
-from semframe.runtime.execute import Outcome, RunStats
+from semframe.operators.common import apply_truncate, check_error_column, check_options
+from semframe.runtime.call import Call, Runner
+from semframe.runtime.estimate import estimate_plan
+
+__all__ = ["TOPK", "Topk", "TopkPlan"]
 
 _COMPARE = (
     "Two items, A and B, follow. Which of them matches the criterion above better? "
@@ -91,8 +85,7 @@ class TopkPlan:
 
 @dataclass(frozen=True)
 class _Topk:
-    frame: Any
-    adapter: FrameAdapter
+    frame: Frame
     settings: ResolvedConfig
     table: Table
     template: Template
@@ -103,10 +96,10 @@ class _Topk:
 
 
 def _compile(
-    frame: Any,
+    frame: Frame,
     template: str,
-    k: int,
     *,
+    k: int,
     seed: int = 0,
     max_tokens: int | None = None,
     system: str | None = None,
@@ -119,15 +112,14 @@ def _compile(
     if isinstance(seed, bool) or not isinstance(seed, int):
         msg = f"seed must be an int (it picks the pivots), got {seed!r}."
         raise InputError(msg)
-    frame, adapter = collect(frame)
     cfg = config(**settings)
-    check_error_column(adapter, frame, cfg, "llm_error")
-    parsed = parse_template(template).resolve(adapter.columns(frame))
+    check_error_column(frame, cfg, "llm_error")
+    parsed = compile_template(template, frame.columns)
     max_tokens = check_options("topk", max_tokens, system)
-    table = _apply_truncate(adapter.to_table(frame, parsed.fields), truncate)
+    table = apply_truncate(frame.table(parsed.fields), truncate)
     fields = tuple(f"{side}.{f}" for side in "AB" for f in parsed.fields)
     compare = Template(parsed.text, ("Criterion: ", *parsed.parts, "\n" + _COMPARE), fields)
-    return _Topk(frame, adapter, cfg, table, compare, k, seed, max_tokens, system)
+    return _Topk(frame, cfg, table, compare, k, seed, max_tokens, system)
 
 
 def _round_plan(tk: _Topk, pairs: Sequence[tuple[int, int]]) -> Plan:
@@ -154,8 +146,6 @@ comparisons for k = 10 against 2,080 with a random pivot)."""
 
 def _expected(n: int, k: int) -> int:
     """Rough expected comparisons: one pass, the pivot sample, sorting near the top."""
-    import math
-
     if n < 2:
         return 0
     k = min(k, n)
@@ -206,47 +196,66 @@ def _first_pairs(tk: _Topk, buckets: list[list[int]], rng: random.Random) -> lis
     return [(samples[i][0], r) for i, _ in work for r in buckets[i] if r != samples[i][0]]
 
 
-def plan_topk(frame: Any, template: str, k: int, **kwargs: Any) -> TopkPlan:
-    """Implementation of ``df.llm.plan(op="topk")``: nothing is sent."""
-    return _plan(_compile(frame, template, k, **kwargs))
-
-
 def _plan(tk: _Topk) -> TopkPlan:
     n, k = tk.table.n_rows, tk.k
     pairs = _first_pairs(tk, [list(range(n))] if n else [], random.Random(tk.seed))
     return TopkPlan(_round_plan(tk, pairs), k, n, _expected(n, k), n * (n - 1) // 2)
 
 
-def llm_topk(frame: Any, template: str, k: int, **kwargs: Any) -> Any:
-    """Implementation of ``df.llm.topk``; see the accessor for documentation."""
-    options = pop_run_options(kwargs)
-    tk = _compile(frame, template, k, **kwargs)
-    est = None
-    if options.dry_run or options.budget is not None:
-        est = estimate_of(_plan(tk), tk.settings, options, "topk")
-    if options.dry_run:
-        return est
-    return guarded(options, est, frame, lambda: _run_topk(frame, tk))
+class Topk:
+    """``df.llm.topk``: the k best rows by a criterion, with far fewer than n² comparisons."""
+
+    name = "topk"
+    required: tuple[str, ...] = ("k",)
+
+    def compile(self, frame: Frame, template: str, **kwargs: Any) -> _Topk:
+        """Validate the call and read the criterion's columns; send nothing."""
+        return _compile(frame, template, **kwargs)
+
+    def plan(self, tk: _Topk) -> TopkPlan:
+        """The first round exactly, and the expected total."""
+        return _plan(tk)
+
+    def estimate(self, tk: _Topk, *, probe: int) -> Estimate:
+        """The first round simulated and scaled to the expected comparisons."""
+        plan = _plan(tk)
+        total = plan.expected_comparisons
+        n = len(plan.first.requests)
+        return estimate_plan(
+            plan.first,
+            tk.settings,
+            op="topk",
+            probe=probe,
+            scale=total / n if n else 1.0,
+            notes=(
+                f"first relQuery ({n:,} requests) simulated; later comparison rounds are "
+                f"extrapolated from the first (an expectation): {total:,} requests",
+            ),
+        )
+
+    def run(self, tk: _Topk, runner: Runner) -> Output:
+        """Compare round after round until the top k are ranked."""
+        return _run_topk(tk, runner)
 
 
-def _run_topk(frame: Any, tk: _Topk) -> Any:
+def _run_topk(tk: _Topk, runner: Runner) -> Output:
     n, k = tk.table.n_rows, tk.k
-    labels = tk.adapter.labels(tk.frame)
+    labels = tk.frame.labels
     rng = random.Random(tk.seed)
     buckets: list[list[int]] = [list(range(n))] if n else []
     failed: dict[int, RowError] = {}
-    runs: list[RunStats] = []
     comparisons = 0
 
     def compare(pairs: Sequence[tuple[int, int]], what: str) -> list[Outcome]:
         nonlocal comparisons
         comparisons += len(pairs)
-        call = parts_call(
-            [f"{what} of row {labels[b]!r} with row {labels[a]!r}" for a, b in pairs],
-            tk.settings,
-            _round_plan(tk, pairs),
+        return runner.run(
+            Call(
+                [f"{what} of row {labels[b]!r} with row {labels[a]!r}" for a, b in pairs],
+                tk.settings,
+                _round_plan(tk, pairs),
+            )
         )
-        return run(call, runs)
 
     while work := _work(buckets, k):
         samples = _samples(buckets, work, rng)
@@ -254,7 +263,7 @@ def _run_topk(frame: Any, tk: _Topk) -> Any:
             # A failed match only changes which candidate becomes the pivot (A goes
             # through); no row is ranked by it, so nothing is reported.
             winners = {
-                a: (b if o.ok and o.value == "B" else a)
+                a: (b if o.error_kind is None and o.value == "B" else a)
                 for (a, b), o in zip(matches, compare(matches, "pivot-choice match"), strict=True)
             }
             samples = {
@@ -266,7 +275,7 @@ def _run_topk(frame: Any, tk: _Topk) -> Any:
         better: dict[int, list[int]] = {}
         worse: dict[int, list[int]] = {}
         for (p, r), o in zip(pairs, compare(pairs, "comparison"), strict=True):
-            if not o.ok:
+            if o.error_kind is not None:
                 failed[r] = RowError(
                     r,
                     labels[r],
@@ -291,16 +300,18 @@ def _run_topk(frame: Any, tk: _Topk) -> Any:
             split.extend(b for b in (better.get(p, []), [p], worse.get(p, [])) if b)
         buckets = split
     ranked = [r for b in buckets for r in b][:k]
-    record_op(
-        "topk", runs, comparisons=comparisons, naive_comparisons=n * (n - 1) // 2, rounds=len(runs)
+    runner.finish(
+        comparisons=comparisons, naive_comparisons=n * (n - 1) // 2, rounds=len(runner.runs)
     )
     errors = sorted(failed.values(), key=lambda e: e.row)
-    result = tk.adapter.take(tk.frame, ranked)
     if tk.settings["errors"] == "keep":
-        failed_rows = [e.row for e in errors]
-        result = tk.adapter.take(tk.frame, ranked + failed_rows)
         reasons = [None] * len(ranked) + [f"{e.kind}: {e.message}" for e in errors]
-        result = tk.adapter.with_column(result, "llm_error", reasons, "str")
-    elif errors:
-        raise RowErrors(errors, relazy(frame, result))
-    return relazy(frame, result)
+        rows = ranked + [e.row for e in errors]
+        return Output(rows=rows, columns=(NewColumn("llm_error", reasons),))
+    result = Output(rows=ranked)
+    if errors:
+        raise RowErrors(errors, result)
+    return result
+
+
+TOPK = Topk()

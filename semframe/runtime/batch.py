@@ -27,45 +27,27 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, cast
 
-from semframe.backends._api import BatchResult, BatchStatus
-from semframe.backends.base import Backend, Completion, Request
+from semframe.backends.base import Backend, BatchBackend, BatchResult
 from semframe.core.parse import ParseError
 from semframe.core.plan import Plan
+from semframe.core.wire import Completion, Outcome
 from semframe.errors import ConfigError, RequestRejected, TransientError
-from semframe.runtime.execute import (
-    Outcome,
-    RunStats,
-    _stats,
-    _Totals,
-    record_run,
-    serve_from_cache,
-)
+from semframe.runtime.execute import Totals, run_stats, serve_from_cache
 from semframe.runtime.progress import Progress
+from semframe.runtime.stats import RunStats, record_run
 
 if TYPE_CHECKING:
     from semframe.cache.store import ResultCache
 
 
-class BatchBackend(Backend, Protocol):
-    """A backend with a batch API (the OpenAI and Anthropic backends)."""
-
-    batch_limit: int
-
-    def batch_submit(self, requests: Sequence[Request]) -> str: ...
-
-    def batch_status(self, batch_id: str) -> BatchStatus: ...
-
-    def batch_results(self, batch_id: str) -> dict[int, BatchResult]: ...
-
-
 def state_path(plan: Plan, backend: Backend, directory: Path) -> Path:
     """The state file of ``plan`` on ``backend`` (a digest of everything sent)."""
     digest = hashlib.sha256()
-    for part in (backend.name, backend.model, str(getattr(backend, "base_url", ""))):
+    for part in (backend.name, backend.model, str(backend.endpoint or "")):
         digest.update(part.encode() + b"\x00")
     for r in plan.requests:
         schema = json.dumps(r.schema, sort_keys=True) if r.schema is not None else ""
@@ -104,7 +86,6 @@ def run_batch(
     parse_retries: int = 1,
     progress: str = "auto",
     sleep: Callable[[float], None] = time.sleep,
-    prices: Mapping[str, Mapping[str, Any]] | None = None,
     cache: ResultCache | None = None,
     cache_keys: Sequence[str | None] | None = None,
 ) -> tuple[list[Outcome], RunStats]:
@@ -115,7 +96,7 @@ def run_batch(
     plan : Plan
         What to send.
     backend : Backend
-        Must have a batch API (``batch_submit``, ``batch_status``, ``batch_results``).
+        Must have a batch API (``capabilities.batch_api``: a :class:`BatchBackend`).
     directory : Path
         semframe's cache directory; state files go under ``batches/``.
     poll_seconds : float
@@ -126,21 +107,20 @@ def run_batch(
         Progress line mode.
     sleep : callable
         Waits between polls (tests pass a fake clock).
-    prices : mapping, optional
-        Price overrides for the run's dollar figure.
     cache : ResultCache, optional
         The result cache: stored answers are served without being sent, new
         ones are stored as each batch's results arrive. The caller closes it.
     cache_keys : sequence of str or None, optional
         The requests' cache keys (:func:`~semframe.runtime.execute.plan_keys`), when known.
     """
-    if not all(hasattr(backend, a) for a in ("batch_submit", "batch_status", "batch_results")):
+    if not backend.capabilities.batch_api:
         msg = (
-            f"backend {backend.name!r} has no batch API; batch=True works with "
-            "'openai' and 'anthropic'."
+            f"backend {backend.name!r} has no batch API; batch=True works with backends "
+            "that have one ('openai' and 'anthropic')."
         )
         raise ConfigError(msg)
-    bb: BatchBackend = backend  # type: ignore[assignment]
+    bb = cast(BatchBackend, backend)
+    limit = backend.capabilities.batch_limit
     start = time.monotonic()
     n = len(plan.requests)
     parse = plan.relquery.output.parse
@@ -151,7 +131,7 @@ def run_batch(
     transient_left = [max_retries] * n
     parse_left = [parse_retries] * n
     raw: list[str | None] = [None] * n
-    totals = _Totals()
+    totals = Totals()
     keep = None
     if cache is not None:
         keep = serve_from_cache(plan, backend, cache, outcomes, totals, keys=cache_keys)
@@ -206,8 +186,8 @@ def run_batch(
                     break
                 record = {"requests": pending, "batches": []}
                 rounds.append(record)
-                for lo in range(0, len(pending), bb.batch_limit):
-                    chunk = pending[lo : lo + bb.batch_limit]
+                for lo in range(0, len(pending), limit):
+                    chunk = pending[lo : lo + limit]
                     batch_id = bb.batch_submit([plan.requests[i] for i in chunk])
                     record["batches"].append({"id": batch_id, "requests": [lo, lo + len(chunk)]})
                     _save(path, rounds)
@@ -224,6 +204,6 @@ def run_batch(
         bar.close()
     path.unlink(missing_ok=True)
     done = [o for o in outcomes if o is not None]
-    stats = _stats(plan, backend, totals, start, 1, batch=True, prices=prices)
+    stats = run_stats(plan, backend, totals, start, 1, batch=True)
     record_run(stats)
     return done, stats

@@ -1,7 +1,12 @@
-"""Run a compiled call: resolve its backend, check it fits, execute it.
+"""Run a compiled call: resolve its backend, check it fits, serve or send it.
 
-Operators (``semframe.operators.common``) compile a call into a :class:`Call`; this module
-sends it. Keeping the two apart lets every operator share one way of running.
+An operator compiles its work into one or more :class:`Call` objects (a
+relQuery, or how to plan it, with the caller's row labels and the settings)
+and runs them through one :class:`Runner`, which keeps the operator call's
+statistics and its budget. Nothing here sees a DataFrame: a call carries a
+frame-neutral table and, for messages, the labels of the rows it stands for
+(the caller's index labels, or "chunk 2 of group 'Alien'" for a derived
+relQuery).
 """
 
 from __future__ import annotations
@@ -11,26 +16,35 @@ import dataclasses
 import functools
 import sqlite3
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from semframe import reorder
 from semframe.backends import Backend, get_backend
-from semframe.backends.base import Usage
-from semframe.cache.store import ResultCache, call_key, open_cache
+from semframe.cache.keys import call_key, plan_keys
+from semframe.cache.serve import serve_stored
+from semframe.cache.store import ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
-from semframe.core.frames import FrameAdapter
+from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
-from semframe.errors import InputError
-from semframe.runtime.execute import (
-    Outcome,
-    RunStats,
-    bill,
-    execute,
-    plan_keys,
-    record_run,
-    serve_stored,
-)
+from semframe.core.wire import Outcome, Usage
+from semframe.errors import BudgetExceeded, ConfigError, InputError, MissingDependencyError
+from semframe.runtime.batch import run_batch
+from semframe.runtime.execute import StopWhen, execute
+from semframe.runtime.guard import BudgetGuard
+from semframe.runtime.stats import OpStats, RunStats, record_op, record_run
+
+__all__ = [
+    "Call",
+    "Recipe",
+    "Runner",
+    "check_context",
+    "replay",
+    "run_call",
+    "uncached_part",
+    "with_logprobs",
+]
 
 _CHAT_OVERHEAD_TOKENS = 32  # chat-template tokens around the messages, generously
 
@@ -55,30 +69,26 @@ class Recipe:
 
     def build(self) -> Plan:
         """Order and render the relQuery."""
-        from semframe import reorder as _reorder
-
-        ordering = _reorder.order(self.relquery.table, self.reorder)
+        ordering = reorder.order(self.relquery.table, self.reorder)
         return make_plan(self.relquery, ordering, self.reorder)
 
 
 @dataclass(frozen=True)
 class Call:
-    """Everything an operator call resolved to, before anything is sent.
+    """Everything one relQuery resolved to, before anything is sent.
 
     Attributes
     ----------
-    frame : object
-        The (eager) frame of the call.
-    adapter : FrameAdapter
-        Its adapter.
+    labels : sequence of object
+        One label per row of the relQuery, as error messages name the row:
+        the caller's index labels, or what a derived request stands for.
     settings : ResolvedConfig
         The call's settings.
     source : Plan or Recipe
         The plan, or how to build it: :attr:`plan` builds it on first use.
     """
 
-    frame: Any
-    adapter: FrameAdapter
+    labels: Sequence[object]
     settings: ResolvedConfig
     source: Plan | Recipe
 
@@ -92,6 +102,22 @@ class Call:
     def relquery(self) -> RelQuery:
         """What is asked, without planning it."""
         return self.source.relquery
+
+    def take(self, rows: Sequence[int]) -> Call:
+        """The same call over ``rows`` only (positions, in this order), planned anew.
+
+        Raises
+        ------
+        InputError
+            For a call holding a ready plan (a derived relQuery has no rows to take).
+        """
+        source = self.source
+        if isinstance(source, Plan):
+            msg = "internal: a call holding a ready plan cannot be cut to some of its rows"
+            raise InputError(msg)
+        rq = dataclasses.replace(source.relquery, table=source.relquery.table.take(rows))
+        labels = tuple(self.labels[r] for r in rows)
+        return Call(labels, self.settings, Recipe(rq, source.reorder))
 
     @functools.cached_property
     def fingerprint(self) -> str | None:
@@ -114,6 +140,11 @@ def with_logprobs(call: Call, top: int) -> Call:
         return dataclasses.replace(call, source=Recipe(rq, source.reorder))
     requests = tuple(r._replace(logprobs=top) for r in source.requests)
     return dataclasses.replace(call, source=dataclasses.replace(source, requests=requests))
+
+
+def backend_of(settings: Mapping[str, Any]) -> Backend:
+    """The backend ``settings`` name (built once, see :func:`semframe.backends.get_backend`)."""
+    return get_backend(settings["backend"], model=settings["model"], settings=settings)
 
 
 def check_context(call: Call, backend: Backend) -> None:
@@ -143,7 +174,7 @@ def check_context(call: Call, backend: Backend) -> None:
         table = plan.relquery.table
         longest = max(table.columns, key=lambda c: len(table.cells[c][request.row]))
         length = len(table.cells[longest][request.row])
-        label = call.adapter.labels(call.frame)[request.row]
+        label = call.labels[request.row]
         suggestion = max(1, length * budget // max(tokens, 1) // 2)
         msg = (
             f"row {request.row} (label {label!r}) needs about {tokens} prompt tokens, but "
@@ -155,21 +186,24 @@ def check_context(call: Call, backend: Backend) -> None:
         raise InputError(msg)
 
 
-def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
+def _open(settings: Mapping[str, Any]) -> ResultCache | None:
+    if not settings["cache"]:
+        return None
+    return open_cache(cache_dir(settings["cache_dir"]), max_mib=settings["cache_max_mib"])
+
+
+def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Outcome], RunStats]:
     """Resolve the backend, check the context window, execute; outcomes in input order.
 
     With the result cache on, a call indexed there whose every answer is
     stored (a re-run) is served whole without being planned (see
     :func:`replay`); any other call is planned, its stored answers are served
     and the rest sent, and the call is indexed once its run ends.
+    ``stop_when`` is the budget hook (:data:`semframe.runtime.execute.StopWhen`).
     """
     cfg = call.settings
-    backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
-    cache = (
-        open_cache(cache_dir(cfg["cache_dir"]), max_mib=cfg["cache_max_mib"])
-        if cfg["cache"]
-        else None
-    )
+    backend = backend_of(cfg)
+    cache = _open(cfg)
     try:
         if cache is not None:
             replayed = replay(call, backend, cache)
@@ -179,8 +213,6 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
         plan = call.plan
         keys = plan_keys(plan, backend) if cache is not None else None
         if cfg["batch"]:
-            from semframe.runtime.batch import run_batch
-
             outcomes, stats = run_batch(
                 plan,
                 backend,
@@ -188,7 +220,6 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
                 poll_seconds=cfg["batch_poll_seconds"],
                 max_retries=cfg["max_retries"],
                 progress=cfg["progress"],
-                prices=cfg["prices"],
                 cache=cache,
                 cache_keys=keys,
             )
@@ -203,7 +234,7 @@ def run_call(call: Call) -> tuple[list[Outcome], RunStats]:
                 tpm=cfg["tpm"],
                 # A guard above the SDK's own timeout, for servers that trickle bytes.
                 deadline=cfg["timeout"] * 1.5 + 5,
-                prices=cfg["prices"],
+                stop_when=stop_when,
                 cache=cache,
                 cache_keys=keys,
             )
@@ -228,11 +259,12 @@ def replay(
     row as a cache hit with the usage (and dollars) it was first paid for.
     """
     fp = call.fingerprint
-    if fp is None:
+    source = call.source
+    if fp is None or not isinstance(source, Recipe):
         return None
     start = time.monotonic()
     key = call_key(backend, fp)
-    rq = call.relquery
+    rq = source.relquery
     n = rq.table.n_rows
     outcomes: list[Outcome | None] = [None] * n
     try:
@@ -250,12 +282,11 @@ def replay(
         cache.touch_call(key)
         cache.count_hits(backend.name, backend.model, n)
     batch = bool(info.get("batch", False))
-    prices = call.settings["prices"]
     stats = RunStats(
         op=rq.op,
         backend=backend.name,
         model=backend.model,
-        reorder=cast(Recipe, call.source).reorder,
+        reorder=source.reorder,
         rows=n,
         requests=0,
         prompt_tokens=0,
@@ -267,13 +298,13 @@ def replay(
         wall_seconds=time.monotonic() - start,
         workers=0,
         expected_hit_rate=float(info.get("expected_hit_rate", 0.0)),
-        dollars=bill(backend, Usage(), batch=batch, prices=prices),
+        dollars=backend.cost.bill(Usage(), batch=batch),
         batch=batch,
         cache_hits=n,
-        cache_saved_dollars=bill(backend, served.usage, batch=batch, prices=prices),
+        cache_saved_dollars=backend.cost.bill(served.usage, batch=batch),
     )
     record_run(stats)
-    return cast(list[Outcome], outcomes), stats
+    return [o for o in outcomes if o is not None], stats
 
 
 def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:
@@ -285,16 +316,13 @@ def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:
     cache off, or a backend that cannot be built here (an API without its
     key), the whole plan.
     """
-    from semframe.core.ordering import Ordering
-    from semframe.errors import ConfigError, MissingDependencyError
-
     if not settings["cache"] or not plan.requests:
         return plan, 0
     try:
-        backend = get_backend(settings["backend"], model=settings["model"], settings=settings)
+        backend = backend_of(settings)
     except (ConfigError, MissingDependencyError):
         return plan, 0
-    cache = open_cache(cache_dir(settings["cache_dir"]), max_mib=settings["cache_max_mib"])
+    cache = _open(settings)
     if cache is None:
         return plan, 0
     outcomes: list[Outcome | None] = [None] * len(plan.requests)
@@ -312,3 +340,55 @@ def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:
     sub = dataclasses.replace(rq, table=rq.table.take([plan.requests[i].row for i in left]))
     order = Ordering(tuple(range(len(left))), tuple(plan.ordering.fields[i] for i in left))
     return make_plan(sub, order, plan.reorder), served.rows
+
+
+@dataclass
+class Runner:
+    """Runs the relQueries of one operator call; keeps their statistics and its budget.
+
+    Every relQuery of the call goes through :meth:`run` (``agg`` runs one per
+    reduction level, ``topk`` one per comparison round). With a budget
+    ``guard``, a run stops once the spend of the whole operator call would
+    pass the budget: rows not sent get an outcome with ``error_kind="budget"``
+    and later relQueries send nothing. :meth:`finish` records the call's
+    :class:`~semframe.runtime.stats.OpStats` (``semframe.last_op()``).
+
+    Attributes
+    ----------
+    op : str
+        The operator.
+    guard : BudgetGuard or None
+        The call's budget.
+    runs : list of RunStats
+        One per relQuery run so far.
+    """
+
+    op: str
+    guard: BudgetGuard | None = None
+    runs: list[RunStats] = field(default_factory=list)
+
+    def run(self, call: Call) -> list[Outcome]:
+        """Run one relQuery; outcomes in the call's row order."""
+        guard = self.guard
+        if guard is None:
+            outcomes, stats = run_call(call)
+            self.runs.append(stats)
+            return outcomes
+        n = call.relquery.table.n_rows
+        if guard.stopped is not None:
+            return [guard.unsent()] * n
+        try:
+            outcomes, stats = run_call(call, stop_when=guard.hook(backend_of(call.settings)))
+        except BudgetExceeded as exc:
+            guard.stopped = exc
+            if exc.stats is not None:
+                self.runs.append(exc.stats)
+                guard.add(exc.stats)
+            return [o if o is not None else guard.unsent() for o in exc.outcomes]
+        self.runs.append(stats)
+        guard.add(stats)
+        return outcomes
+
+    def finish(self, *, detail: object = None, **counts: int) -> OpStats:
+        """Record the call's statistics (``semframe.last_op()``)."""
+        return record_op(self.op, self.runs, detail=detail, **counts)

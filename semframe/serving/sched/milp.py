@@ -51,6 +51,9 @@ import numpy as np
 from semframe.errors import InputError, MissingDependencyError
 from semframe.serving.sched.base import Budgets, Scheduler
 from semframe.serving.sched.cost import A100_13B, InferMaxCost
+from semframe.serving.sched.policies import RelServeScheduler, make_scheduler
+from semframe.serving.sim.engine import SimRequest, simulate
+from semframe.serving.sim.workload import relserve_workload
 
 Objective = Literal["latency", "makespan"]
 
@@ -439,8 +442,6 @@ def policy_cost(
     >>> round(lat, 4), pre
     (1.5667, 0)
     """
-    from semframe.serving.sim.engine import SimRequest, simulate
-
     sizes: dict[int, int] = {}
     for r in requests:
         sizes[r.rel_id] = sizes.get(r.rel_id, 0) + 1
@@ -500,8 +501,6 @@ def tiny_instance(
 
 def _real_prompt_lens() -> list[int]:
     try:
-        from semframe.serving.sim.workload import relserve_workload
-
         return sorted({r.prompt_len for r in relserve_workload(20, 1.0, seed=0, max_size=10)})
     except Exception:
         return list(range(100, 251, 10))
@@ -534,8 +533,6 @@ def gap_study(
     >>> out["rows"][0][0], out["rows"][0][1] >= -1e-6
     ('fcfs', True)
     """
-    from semframe.serving.sched.policies import RelServeScheduler, make_scheduler
-
     b = budgets or Budgets(
         max_num_seqs=2, max_num_batched_tokens=512, num_blocks=256, block_size=16
     )

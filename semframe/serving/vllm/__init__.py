@@ -30,6 +30,9 @@ INSTALL_LINE = (
 )
 """How to install a supported vLLM, as error messages give it."""
 
+SCHEDULER_CLS = "semframe.serving.vllm.scheduler.SemframeScheduler"
+"""Our scheduler class, as vLLM's ``scheduler_cls`` engine argument names it."""
+
 
 def parse_version(text: str) -> tuple[int, int]:
     """``(major, minor)`` of a version string.
@@ -104,3 +107,12 @@ def require_vllm() -> Any:
         msg = f"vLLM {version} is installed but does not import ({exc}). {INSTALL_LINE}"
         raise MissingDependencyError(msg) from exc
     return vllm
+
+
+def has_gpu() -> bool:
+    """Whether torch sees a GPU (vLLM's engine defaults differ without one)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - vLLM needs torch
+        return False
+    return bool(torch.cuda.is_available())

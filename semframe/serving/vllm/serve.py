@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from semframe.backends.vllm import SCHEDULER_CLS
 from semframe.serving.sched.policies import Policy
+from semframe.serving.vllm import SCHEDULER_CLS, has_gpu, require_vllm
+from semframe.serving.vllm.convert import model_dir
 
 SERVE_POLICIES = ("relserve", "k-lpm", "lpm", "static", "fcfs")
 """Policies ``semframe serve --scheduler`` accepts."""
@@ -120,10 +121,6 @@ def server_command(
 
 def serve(args: Any) -> int:
     """Run the server in place of this process (``semframe serve``)."""
-    from semframe.backends.vllm import _has_gpu
-    from semframe.serving.vllm import require_vllm
-    from semframe.serving.vllm.convert import model_dir
-
     require_vllm()
     options: dict[str, Any] = {}
     if args.k is not None:
@@ -137,7 +134,7 @@ def serve(args: Any) -> int:
         scheduler=args.scheduler,
         host=args.host,
         port=args.port,
-        gpu=_has_gpu(),
+        gpu=has_gpu(),
         kv_cache_gib=args.kv_cache_gib,
         max_model_len=args.max_model_len,
         options=options,

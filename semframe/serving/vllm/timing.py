@@ -3,9 +3,10 @@
 A vLLM engine is described by an :class:`EngineModel`: its budgets and KV
 cache (blocks, block size) as the engine reported them, and batch times fitted
 to its own steps (:func:`semframe.serving.vllm.trace.calibrate_from_trace`).
-:func:`calibrate_vllm` measures one once per machine and model and stores it
-under the cache directory; the estimator then predicts a plan's cached tokens
-and wall time by replaying it on semframe's engine simulator
+:func:`semframe.backends.vllm.calibrate_vllm` measures one once per machine
+and model and stores it under the cache directory; the estimator then
+predicts a plan's cached tokens and wall time by replaying it on semframe's
+engine simulator
 (:mod:`semframe.serving.sim`) with that model: the prefix cache has the engine's
 capacity and block granularity, batches cost what the engine's steps cost.
 
@@ -23,12 +24,14 @@ import platform
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from semframe.serving.sched.base import Budgets
+from semframe.serving.sched.base import BatchMode, Budgets
 from semframe.serving.sched.cost import Calibration
+from semframe.serving.sched.policies import make_scheduler
+from semframe.serving.sim import SimRequest, simulate
+from semframe.serving.sim.kv import block_hashes
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -172,11 +175,6 @@ def predict(
     >>> p.prompt_tokens, p.cached_tokens  # 5 followers x 40 cached tokens
     (246, 200)
     """
-    from semframe.serving.sched.base import BatchMode
-    from semframe.serving.sched.policies import make_scheduler
-    from semframe.serving.sim import SimRequest, simulate
-    from semframe.serving.sim.kv import block_hashes
-
     n = len(prompts)
     if n == 0:
         return Prediction(0, 0, 0.0)
@@ -212,94 +210,3 @@ def predict(
     total = sum(len(p) for p in prompts)
     cached = sum(r.num_cached for r in final.requests)
     return Prediction(total, cached, float(final.sim_time))
-
-
-def calibrate_vllm(
-    backend: Any, directory: str | Path, *, rounds: int = 3, seed: int = 0
-) -> EngineModel:
-    """Measure a vLLM engine once on this machine and store its :class:`EngineModel`.
-
-    Starts a second engine like ``backend``'s (same model and engine arguments)
-    with our scheduler tracing every step, sends waves of requests of varied
-    prompt lengths and batch sizes, fits the cost models to the steps, and
-    stores the result (about a minute or two on a CPU, plus engine start).
-
-    Parameters
-    ----------
-    backend : VllmBackend
-        The in-process vLLM backend to calibrate.
-    directory : str or Path
-        The cache directory.
-    """
-    import asyncio
-    import random
-    import tempfile
-
-    from semframe.backends import aio as _aio
-    from semframe.backends.base import Request
-    from semframe.backends.vllm import VllmBackend
-    from semframe.serving.vllm.trace import calibrate_from_trace
-
-    rng = random.Random(seed)
-    words = [
-        "the",
-        "film",
-        "a",
-        "review",
-        "of",
-        "plot",
-        "actor",
-        "scene",
-        "story",
-        "music",
-        "light",
-        "city",
-        "night",
-    ]
-    with tempfile.TemporaryDirectory(prefix="semframe-calibrate-") as tmp:
-        trace = Path(tmp) / "trace.jsonl"
-        args = dict(backend.engine_args)
-        extra = dict(args.get("additional_config") or {})
-        ours = dict(extra.get("semframe") or {})
-        ours.update({"policy": "fcfs", "trace": str(trace)})
-        extra["semframe"] = ours
-        args["additional_config"] = extra
-        for key in ("model", "enable_prefix_caching", "scheduler_cls"):
-            args.pop(key, None)
-        probe = VllmBackend(backend.model, scheduler="fcfs", vllm_args=args, max_concurrency=512)
-
-        def prompt(length: int) -> str:
-            return " ".join(rng.choice(words) for _ in range(length))
-
-        async def wave(sizes: Sequence[int], out: int) -> None:
-            reqs = [Request(k, k, prompt(s), None, out, 0.0, None, k) for k, s in enumerate(sizes)]
-            await asyncio.gather(*(probe.acomplete(r) for r in reqs))
-
-        try:
-            _aio.run(wave([16] * 4, 4))  # start and warm the engine
-            with trace.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"marker": "measure"}) + "\n")
-            for _ in range(rounds):
-                for sizes, out in (
-                    ([60] * 2, 24),
-                    ([120] * 8, 16),
-                    ([400] * 4, 8),
-                    ([900] * 2, 8),
-                    ([rng.randint(20, 600) for _ in range(16)], 12),
-                ):
-                    _aio.run(wave(sizes, out))
-            cache_cfg = probe._engine.vllm_config.cache_config
-            sched_cfg = probe._engine.vllm_config.scheduler_config
-            block_size = int(cache_cfg.block_size)
-            num_blocks = int(cache_cfg.num_gpu_blocks or 0)
-            seqs = int(sched_cfg.max_num_seqs)
-            batched = int(sched_cfg.max_num_batched_tokens)
-        finally:
-            probe.close()
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        cal = calibrate_from_trace(trace, after="measure", source=f"vllm {backend.model}")
-    engine = EngineModel(
-        cal, block_size, max(1, num_blocks), seqs, batched, f"{now} {platform.node()}"
-    )
-    store_engine_model(engine, directory, backend.model)
-    return engine

@@ -17,15 +17,15 @@ Examples
 (8, 1)
 """
 
-from semframe.testing.emulator.clock import Clock, ManualClock, MonotonicClock
-from semframe.testing.emulator.faults import Fault, FaultKind, FaultPlan, FaultRule
-from semframe.testing.emulator.framing import (
+from semframe.cost.framing import (
     MESSAGE_OVERHEAD,
     REPLY_PRIMING,
     anthropic_blocks,
     openai_prompt_tokens,
     prompt_text,
 )
+from semframe.testing.emulator.clock import Clock, ManualClock, MonotonicClock
+from semframe.testing.emulator.faults import Fault, FaultKind, FaultPlan, FaultRule
 from semframe.testing.emulator.ledger import Ledger, LedgerEntry, Totals
 from semframe.testing.emulator.responder import Responder, default_responder, minimal_instance
 from semframe.testing.emulator.server import Latency, ProviderEmulator

@@ -32,17 +32,17 @@ from semframe.cost.cachesim import (
     OpenAIRules,
     check_breakpoints,
 )
-from semframe.cost.pricing import Cost, Price, cost, price_for
-from semframe.cost.tokens import encoding
-from semframe.errors import ConfigError
-from semframe.testing.emulator.clock import Clock, MonotonicClock
-from semframe.testing.emulator.faults import Fault, FaultPlan
-from semframe.testing.emulator.framing import (
+from semframe.cost.framing import (
     FramingError,
     anthropic_blocks,
     openai_prompt_tokens,
     prompt_text,
 )
+from semframe.cost.pricing import Cost, Price, cost, price_for
+from semframe.cost.tokens import encoding
+from semframe.errors import ConfigError
+from semframe.testing.emulator.clock import Clock, MonotonicClock
+from semframe.testing.emulator.faults import Fault, FaultPlan
 from semframe.testing.emulator.ledger import Ledger, LedgerEntry
 from semframe.testing.emulator.responder import Responder, default_responder
 

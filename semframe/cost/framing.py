@@ -1,10 +1,12 @@
-"""How the emulator turns a request body into tokens (and text for the responder).
+"""How a chat request becomes prompt tokens, as the estimator and the provider emulator count it.
 
-Both providers are tokenized with ``o200k_base``. Each message (the system
-prompt counts as one) is framed by ``MESSAGE_OVERHEAD`` = 3 synthetic tokens
-(start, role, separator) placed before its content, and every prompt ends with
-``REPLY_PRIMING`` = 3 tokens that open the assistant's reply (as OpenAI counts
-chat prompts: 3 per message plus 3). So::
+OpenAI publishes the rule for chat prompts (3 tokens per message and 3 that
+prime the reply); Anthropic publishes no tokenizer, so its requests are counted
+the same way, approximately. Both providers are tokenized with ``o200k_base``.
+Each message (the system prompt counts as one) is framed by
+``MESSAGE_OVERHEAD`` = 3 synthetic tokens (start, role, separator) placed
+before its content, and every prompt ends with ``REPLY_PRIMING`` = 3 tokens
+that open the assistant's reply. So::
 
     prompt_tokens = sum(3 + content tokens of each message) + 3
 

@@ -1,0 +1,142 @@
+"""The plain data of one request's life: what is sent, what comes back, what it became.
+
+A :class:`Request` is rendered by the planner (:mod:`semframe.core.plan`),
+answered by a backend with a :class:`Completion` (with its :class:`Usage`
+and, when asked for, :class:`TokenLogprob` tokens), and ends as an
+:class:`Outcome`: a parsed value, or why there is none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+# Request, Usage and Completion are immutable NamedTuples rather than frozen
+# dataclasses: one of each is made per row, and a frozen dataclass costs several
+# times more to build (100,000-row relQueries are routine).
+
+
+class Request(NamedTuple):
+    """One prompt of a relQuery, as the planner rendered it.
+
+    Attributes
+    ----------
+    id : int
+        Position in execution order (``Plan.requests[id]``).
+    row : int
+        Position of the row in the caller's frame.
+    prompt : str
+        The user message: shared instructions, then the row's labeled fields.
+    system : str or None
+        Optional system message (shared by the whole relQuery).
+    max_tokens : int
+        Upper bound on generated tokens.
+    temperature : float
+        Sampling temperature.
+    schema : mapping or None
+        JSON schema the answer must follow, for backends that constrain decoding.
+    group : int
+        Prefix group: consecutive requests sharing their leading field.
+    prefix : tuple of (int, int)
+        Cacheable prefixes of ``prompt``, shortest first: ``(end, shared_by)``
+        means ``prompt[:end]`` (whole labeled segments) is the start of
+        ``shared_by`` consecutive requests including this one. The first is the
+        instruction block, shared by the whole relQuery. API backends place
+        cache breakpoints here.
+    logprobs : int
+        Top alternatives per generated token to report (0: no logprobs).
+    rel : str
+        The relQuery run this request belongs to, for engines that schedule by
+        relQuery (set by the executor when the backend is ``relquery_aware``).
+    rel_size : int
+        Requests in that run.
+    """
+
+    id: int
+    row: int
+    prompt: str
+    system: str | None
+    max_tokens: int
+    temperature: float
+    schema: Mapping[str, Any] | None
+    group: int
+    prefix: tuple[tuple[int, int], ...] = ()
+    logprobs: int = 0
+    rel: str = ""
+    rel_size: int = 0
+
+    def messages(self) -> list[dict[str, str]]:
+        """Chat messages for this request (system first, when given)."""
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        msgs.append({"role": "user", "content": self.prompt})
+        return msgs
+
+
+class Usage(NamedTuple):
+    """Token usage of one completion, as the backend reported it."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+
+
+class TokenLogprob(NamedTuple):
+    """One generated token with its log probability and the top alternatives.
+
+    ``top`` holds ``(token, logprob)`` pairs as the backend reported them (the
+    chosen token usually among them); empty when none were asked for.
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+class Completion(NamedTuple):
+    """A backend's answer to one request.
+
+    ``logprobs`` holds the generated tokens' log probabilities and ``tokens``
+    the same tokens with their text and top alternatives, when the request
+    asked for them (``Request.logprobs``) and the backend gives them.
+    """
+
+    request_id: int
+    text: str
+    usage: Usage
+    finish_reason: str | None = None
+    logprobs: tuple[float, ...] | None = None
+    tokens: tuple[TokenLogprob, ...] | None = None
+
+
+class Outcome(NamedTuple):
+    """What became of one request: a parsed value, or why there is none.
+
+    Attributes
+    ----------
+    value : object
+        The parsed answer (``None`` when ``error`` is set).
+    raw : str or None
+        The raw answer text of the last attempt.
+    error_kind : str or None
+        ``"parse"`` or ``"backend"`` when the row failed.
+    error : str or None
+        Detail of the failure.
+    attempts : int
+        Times the request was sent.
+    logprobs : tuple of TokenLogprob or None
+        The answer's tokens with their log probabilities, when the request asked
+        for them and the backend gave them.
+    """
+
+    value: Any
+    raw: str | None
+    error_kind: str | None
+    error: str | None
+    attempts: int
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the row has a value."""
+        return self.error_kind is None

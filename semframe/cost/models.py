@@ -1,0 +1,778 @@
+"""Cost models: how a backend's requests are billed and how its prompt cache behaves.
+
+Every backend carries one (``Backend.cost``). The executor bills each
+completed request with :meth:`CostModel.bill`; the estimator prices a plan by
+asking the model for a tokenizer, the chat framing around each prompt and a
+replay of the plan through the backend's prompt cache
+(:meth:`CostModel.simulate`). Nothing here knows a backend by name: each
+backend builds the model that describes it, with its prices, its cache rules
+and its own callbacks (a local engine's tokenizer, Anthropic's breakpoints).
+
+- :class:`OpenAICost`: automatic prefix caching (:class:`~semframe.cost.cachesim.OpenAICacheSim`),
+  routed by ``prompt_cache_key`` (:func:`routing_key`), priced from the table.
+- :class:`AnthropicCost`: explicit breakpoints (:meth:`AnthropicCost.breakpoints`,
+  placed only where the write premium pays) and priced writes and reads.
+- :class:`SlotCost`: an engine with one KV prefix per slot (llama.cpp, the
+  fake backend), wall time from a per-machine calibration when one exists.
+- :class:`BlockCost`: vLLM's block-granular shared cache, or a replay on the
+  engine simulator calibrated to the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from semframe.core.plan import Plan
+from semframe.core.wire import Request, Usage
+from semframe.cost.cachesim import (
+    AnthropicCacheSim,
+    AnthropicRules,
+    Block,
+    OpenAICacheSim,
+    OpenAIRules,
+)
+from semframe.cost.calibration import LocalCalibration, load_calibration
+from semframe.cost.framing import openai_prompt_tokens
+from semframe.cost.pricing import Price, cost, price_for
+from semframe.cost.simulate import Encoder, Pieces, replay, simulate_async, slots_of
+from semframe.cost.tokens import count, encoding_for_model, encoding_name_for_model
+from semframe.errors import ConfigError
+from semframe.serving.vllm.timing import predict
+
+__all__ = [
+    "MAX_BREAKPOINTS",
+    "READ_MULTIPLIER",
+    "WRITE_MULTIPLIER",
+    "AnthropicCost",
+    "BlockCost",
+    "CacheFigures",
+    "CostModel",
+    "LatencyModel",
+    "OpenAICost",
+    "RunShape",
+    "SlotCost",
+    "Tokenizer",
+    "cache_key",
+    "choose_breakpoints",
+    "min_cacheable_tokens",
+    "min_sharers",
+    "routing_key",
+]
+
+MAX_BREAKPOINTS = 4
+"""Cache breakpoints Anthropic accepts per request."""
+READ_MULTIPLIER = 0.1
+"""Anthropic cache reads, as a multiple of the input price."""
+WRITE_MULTIPLIER = {"5m": 1.25, "1h": 2.0}
+"""Anthropic cache writes, as a multiple of the input price, per TTL."""
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Seconds one API request takes, and the client's cost of sending one.
+
+    ``fixed_s + per_output_token_s * output_tokens + per_input_token_s *
+    uncached_input_tokens``; ``send_s`` is the client's own time per request
+    (requests leave one after another from one I/O loop; 7 ms measured here
+    with the official SDKs against the emulator on 2 shared cores). Which
+    requests find a prefix cached depends on these times: a request only sees
+    what completed before it arrived.
+
+    Examples
+    --------
+    >>> LatencyModel(0.5, 0.01).seconds(20, 1000)
+    0.7
+    """
+
+    fixed_s: float = 0.6
+    per_output_token_s: float = 0.01
+    per_input_token_s: float = 0.0
+    send_s: float = 0.007
+
+    def seconds(self, output_tokens: float, uncached_input_tokens: float = 0.0) -> float:
+        """Seconds from arrival to completion of one request."""
+        return (
+            self.fixed_s
+            + self.per_output_token_s * output_tokens
+            + self.per_input_token_s * uncached_input_tokens
+        )
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """How the estimator counts a backend's tokens.
+
+    Attributes
+    ----------
+    encode : Encoder
+        Texts to token ids (pseudo-ids where only counts are known).
+    exact : bool
+        Whether the counts are the provider's own.
+    note : str or None
+        What to tell the user about the counts.
+    """
+
+    encode: Encoder
+    exact: bool = True
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """How a run would send a plan: the executor's choices the estimator replays.
+
+    Attributes
+    ----------
+    workers : int
+        Requests in flight at once (slots of a local engine).
+    batch : bool
+        Sent through the provider's batch API.
+    out_mean : float
+        Expected output tokens per request.
+    cache_dir : Path
+        semframe's directory (calibrations live there).
+    latency : LatencyModel or None
+        Per-request latency of an API backend (None: the model's own).
+    """
+
+    workers: int
+    batch: bool
+    out_mean: float
+    cache_dir: Path
+    latency: LatencyModel | None = None
+
+
+@dataclass(frozen=True)
+class CacheFigures:
+    """Expected prompt-side figures of one request order.
+
+    ``writes_5m`` and ``writes_1h`` are cache writes per TTL (Anthropic);
+    ``wall`` is the expected wall time, ``None`` where it is not modelled.
+    """
+
+    input_tokens: int
+    cached: int
+    writes_5m: int = 0
+    writes_1h: int = 0
+    wall: float | None = None
+
+
+class CostModel(Protocol):
+    """What the executor and the estimator know of a backend's costs.
+
+    Attributes
+    ----------
+    model : str
+        The model priced.
+    price : Price or None
+        Its price (``None``: no price, e.g. your own hardware).
+    concurrency : int
+        Requests the backend serves at once (for estimates made without it).
+    """
+
+    model: str
+    price: Price | None
+    concurrency: int
+
+    def check(self) -> None:
+        """Raise :class:`~semframe.errors.ConfigError` when the model cannot be priced.
+
+        An API model missing from the price table (or priced for another
+        provider) runs, unpriced, but cannot be estimated.
+        """
+        ...
+
+    def bill(self, usage: Usage, *, batch: bool = False) -> float | None:
+        """Dollars for ``usage`` (token totals), ``None`` without a price."""
+        ...
+
+    def tokenizer(self) -> Tokenizer:
+        """How to count this backend's tokens."""
+        ...
+
+    def framing_tokens(self, system: str | None, pieces: Pieces) -> int:
+        """Tokens the chat framing adds to every request (system message included)."""
+        ...
+
+    def cacheable(self, longest_prompt_tokens: int) -> bool:
+        """Whether a prompt this long (framing included) can be cached at all."""
+        ...
+
+    def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
+        """Replay ``plan`` through the backend's cache as the executor would send it."""
+        ...
+
+    def uncached(
+        self, groups: Sequence[tuple[int, int]], input_tokens: int, shape: RunShape
+    ) -> CacheFigures:
+        """Figures when nothing can be cached (prompts under the minimum)."""
+        ...
+
+    def notes(self, shape: RunShape) -> list[str]:
+        """Caveats of this model's figures."""
+        ...
+
+
+# ---------------------------------------------------------------- the APIs
+
+
+def _tiktoken_encoder(model: str) -> Encoder:
+    enc = encoding_for_model(model)
+
+    def encode(texts: Sequence[str]) -> list[list[int]]:
+        return [enc.encode_ordinary(t) for t in texts]
+
+    return encode
+
+
+def _chat_framing() -> tuple[list[int], list[int], list[int]]:
+    """(system header, user header, reply priming) tokens of a chat request."""
+    both = openai_prompt_tokens(
+        [{"role": "system", "content": ""}, {"role": "user", "content": ""}]
+    )
+    return both[:3], both[3:6], both[6:]
+
+
+def api_price(
+    provider: str, model: str, prices: Mapping[str, Mapping[str, Any]] | None
+) -> tuple[Price | None, str | None]:
+    """The price of ``model`` on ``provider``'s API, or ``None`` and why there is none.
+
+    There is none for a model the table does not know (the message names the
+    known ones) or one priced for another provider.
+    """
+    try:
+        price = price_for(model, prices)
+    except ConfigError as exc:
+        return None, str(exc)
+    if price.provider != provider:
+        return None, f"model {model!r} is priced as a {price.provider} model, not {provider}."
+    return price, None
+
+
+@dataclass(eq=False)
+class _ApiCost:
+    """What the two providers' models share: prices, tokenizer, framing, dispatch timing.
+
+    ``price`` is ``None`` for a model the table does not know (a model of an
+    OpenAI-compatible server, say): it runs unpriced, and ``problem`` says why
+    it cannot be estimated.
+    """
+
+    model: str
+    price: Price | None
+    concurrency: int
+    latency: LatencyModel
+    problem: str | None = None
+
+    def check(self) -> None:
+        self._priced()
+
+    def _priced(self) -> Price:
+        if self.price is None:
+            raise ConfigError(self.problem or f"model {self.model!r} has no price.")
+        return self.price
+
+    def bill(self, usage: Usage, *, batch: bool = False) -> float | None:
+        if self.price is None:
+            return None
+        uncached = usage.prompt_tokens - usage.cached_tokens - self._written(usage)
+        return cost(
+            self.price,
+            uncached_input_tokens=max(0, uncached),
+            cached_input_tokens=usage.cached_tokens,
+            cache_write_5m_tokens=0 if self._ttl() == "1h" else usage.cache_write_tokens,
+            cache_write_1h_tokens=usage.cache_write_tokens if self._ttl() == "1h" else 0,
+            output_tokens=usage.output_tokens,
+            batch=batch,
+        ).total
+
+    def _written(self, usage: Usage) -> int:
+        """Writes counted in ``prompt_tokens`` beside the cached ones."""
+        return 0
+
+    def _ttl(self) -> str:
+        return "5m"
+
+    def tokenizer(self) -> Tokenizer:
+        choice = encoding_name_for_model(self.model)
+        return Tokenizer(_tiktoken_encoder(self.model), choice.exact, choice.note)
+
+    def framing_tokens(self, system: str | None, pieces: Pieces) -> int:
+        sys_h, user_h, reply = _chat_framing()
+        extra = len(sys_h) + len(pieces.tokens(system)) if system else 0
+        return len(user_h) + len(reply) + extra
+
+    def cacheable(self, longest_prompt_tokens: int) -> bool:
+        return longest_prompt_tokens >= self._priced().min_cacheable_tokens
+
+    def _latency(self, shape: RunShape) -> LatencyModel:
+        return shape.latency or self.latency
+
+    def uncached(
+        self, groups: Sequence[tuple[int, int]], input_tokens: int, shape: RunShape
+    ) -> CacheFigures:
+        wall = None
+        if not shape.batch:
+            lat = self._latency(shape)
+            n = groups[-1][1] if groups else 0
+            wall = simulate_async(groups, n, shape.workers, lat.seconds(shape.out_mean), lat.send_s)
+        return CacheFigures(input_tokens, 0, wall=wall)
+
+    def notes(self, shape: RunShape) -> list[str]:
+        if not shape.batch:
+            return []
+        return ["batch API: prices at the batch discount; results within 24 h"]
+
+    def _replay(
+        self,
+        plan: Plan,
+        shape: RunShape,
+        arrive: Callable[[int, float], None],
+        complete: Callable[[int, float], None],
+    ) -> float | None:
+        lat = self._latency(shape)
+        return replay(
+            plan,
+            workers=shape.workers,
+            batch=shape.batch,
+            latency=lat.seconds(shape.out_mean),
+            send_s=lat.send_s,
+            arrive=arrive,
+            complete=complete,
+        )
+
+
+def cache_key(*parts: str) -> str:
+    """A short stable digest of ``parts``, for cache keys and routing keys.
+
+    Examples
+    --------
+    >>> cache_key("a", "b") == cache_key("a", "b") != cache_key("ab")
+    True
+    """
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\x00")
+    return digest.hexdigest()[:16]
+
+
+def routing_key(request: Request) -> str:
+    """OpenAI's ``prompt_cache_key`` for ``request``: a digest of its group's shared prefix.
+
+    Requests of one prefix group (same instructions and first field) get the
+    same key; the whole relQuery shares the instruction-level key when no
+    field is shared.
+    """
+    levels = request.prefix
+    end = levels[1][0] if len(levels) > 1 else (levels[0][0] if levels else 0)
+    return "semframe-" + cache_key(request.system or "", request.prompt[:end])
+
+
+class _FastOpenAICacheSim(OpenAICacheSim):
+    """OpenAICacheSim with the route of a (key, leading tokens) pair memoized.
+
+    Routing hashes up to ``route_tokens`` tokens per request in Python; the
+    requests of a relQuery share a handful of routes, so the digest is
+    computed once per distinct pair. Same answers as the parent.
+    """
+
+    def __init__(self, rules: OpenAIRules | None = None) -> None:
+        super().__init__(rules)
+        self._route_memo: dict[tuple[str | None, tuple[int, ...]], tuple[bytes, int]] = {}
+
+    def _home(self, tokens: Sequence[int], cache_key: str | None) -> tuple[bytes, int]:
+        key = (cache_key, tuple(tokens[: self.rules.route_tokens]))
+        found = self._route_memo.get(key)
+        if found is None:
+            found = super()._home(tokens, cache_key)
+            self._route_memo[key] = found
+        return found
+
+
+@dataclass(eq=False)
+class OpenAICost(_ApiCost):
+    """OpenAI: automatic prefix caching, routed by ``prompt_cache_key`` (:func:`routing_key`).
+
+    Prompts of at least the model's minimum are served from cache in steps
+    (1,024 and 128 tokens) when a request with the same start and routing key
+    completed before; cached tokens are part of ``prompt_tokens``.
+    """
+
+    latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.6, 0.01, 0.0, 0.007))
+
+    def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
+        price = self._priced()
+        rules = OpenAIRules(min_tokens=price.min_cacheable_tokens, step=price.cache_step_tokens)
+        sim = _FastOpenAICacheSim(rules)
+        sys_h, user_h, reply = _chat_framing()
+        system = plan.relquery.system
+        head = (sys_h + pieces.tokens(system) if system else []) + user_h
+        tickets: dict[int, Any] = {}
+        totals = [0, 0]
+
+        def arrive(i: int, t: float) -> None:
+            tokens = list(head)
+            for p in pieces.parts(i):
+                tokens += pieces.tokens(p)
+            ticket = sim.begin(tokens + reply, arrival=t, cache_key=routing_key(plan.requests[i]))
+            tickets[i] = ticket
+            totals[0] += ticket.result.prompt_tokens
+            totals[1] += ticket.result.cached_tokens
+
+        def complete(i: int, t: float) -> None:
+            sim.complete(tickets.pop(i), at=t)
+
+        wall = self._replay(plan, shape, arrive, complete)
+        return CacheFigures(totals[0], totals[1], wall=wall)
+
+
+def min_sharers(ttl: str) -> int:
+    """Fewest requests sharing a prefix for an Anthropic cache write to pay for itself.
+
+    Examples
+    --------
+    >>> min_sharers("5m"), min_sharers("1h")
+    (2, 3)
+    """
+    write = WRITE_MULTIPLIER[ttl]
+    # n sharers: one write and n - 1 reads against n uncached sends.
+    return math.floor((write - READ_MULTIPLIER) / (1 - READ_MULTIPLIER)) + 1
+
+
+def min_cacheable_tokens(model: str, prices: Mapping[str, Mapping[str, Any]] | None = None) -> int:
+    """The model's minimum cacheable prompt length (1,024 when the model is unknown)."""
+    try:
+        return price_for(model, prices).min_cacheable_tokens
+    except ConfigError:
+        return 1024
+
+
+def choose_breakpoints(
+    levels: Sequence[tuple[int, int]], tokens: Sequence[int], *, minimum: int, ttl: str
+) -> list[int]:
+    """Character offsets of the Anthropic cache breakpoints to place, shortest prefix first.
+
+    Parameters
+    ----------
+    levels : sequence of (end, shared_by)
+        ``Request.prefix``.
+    tokens : sequence of int
+        Tokens of the whole cached part (system and prompt) up to each level.
+    minimum : int
+        The model's minimum cacheable length.
+    ttl : {"5m", "1h"}
+        Cache lifetime (sets the write premium).
+
+    Examples
+    --------
+    >>> choose_breakpoints([(100, 50), (400, 6), (900, 1)], [900, 1500, 2600],
+    ...                    minimum=1024, ttl="5m")
+    [400]
+    >>> choose_breakpoints([(100, 50), (400, 2)], [1100, 1500], minimum=1024, ttl="1h")
+    [100]
+    """
+    need = min_sharers(ttl)
+    useful = [
+        end
+        for (end, shared), n in zip(levels, tokens, strict=True)
+        if shared >= need and n >= minimum
+    ]
+    if len(useful) > MAX_BREAKPOINTS:  # keep the most shared one and the deepest ones
+        useful = [useful[0], *useful[-(MAX_BREAKPOINTS - 1) :]]
+    return useful
+
+
+@dataclass(eq=False)
+class AnthropicCost(_ApiCost):
+    """Anthropic: caching only up to explicit breakpoints, priced writes and reads.
+
+    Writes cost 1.25x input (5-minute TTL) or 2x (1 hour), reads 0.1x;
+    ``prompt_tokens`` counts fresh, read and written tokens. The model also
+    decides where the backend places its breakpoints (:meth:`breakpoints`):
+    at the prefixes that reach the minimum cacheable length and are shared by
+    enough requests to repay the write premium.
+    """
+
+    latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.8, 0.015, 0.0, 0.007))
+    ttl: Literal["5m", "1h"] = "5m"
+    minimum: int = 1024  # the shortest cacheable prefix (1,024 for an unknown model)
+    _token_cache: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def _written(self, usage: Usage) -> int:
+        return usage.cache_write_tokens
+
+    def _ttl(self) -> str:
+        return self.ttl
+
+    def _tokens(self, text: str) -> int:
+        found = self._token_cache.get(text)
+        if found is None:
+            found = count([text])[0] if text else 0
+            if len(self._token_cache) > 200_000:
+                self._token_cache.clear()
+            self._token_cache[text] = found
+        return found
+
+    def breakpoints(self, request: Request) -> list[int]:
+        """Where ``request``'s cache breakpoints go (offsets into its prompt)."""
+        if not request.prefix:
+            return []
+        # Approximate (o200k) counts, added up piece by piece: the pieces (system,
+        # instructions, labeled fields) repeat across rows, so each is counted once.
+        total = self._tokens(request.system or "")
+        counts: list[int] = []
+        start = 0
+        for end, _ in request.prefix:
+            total += self._tokens(request.prompt[start:end])
+            counts.append(total)
+            start = end
+        return choose_breakpoints(request.prefix, counts, minimum=self.minimum, ttl=self.ttl)
+
+    def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
+        sim = AnthropicCacheSim(AnthropicRules(min_tokens=self._priced().min_cacheable_tokens))
+        sys_h, user_h, reply = _chat_framing()
+        system = plan.relquery.system
+        sys_block = [Block(tuple(sys_h + pieces.tokens(system)))] if system else []
+        tickets: dict[int, Any] = {}
+        totals = [0, 0, 0, 0]
+
+        def arrive(i: int, t: float) -> None:
+            req = plan.requests[i]
+            blocks = list(sys_block)
+            start = 0
+            first = True
+            for end in self.breakpoints(req):
+                toks = (user_h if first else []) + pieces.span(i, start, end)
+                blocks.append(Block(tuple(toks), self.ttl))
+                start, first = end, False
+            if start < len(req.prompt):
+                toks = (user_h if first else []) + pieces.span(i, start, len(req.prompt))
+                blocks.append(Block(tuple(toks)))
+            blocks.append(Block(tuple(reply)))
+            ticket = sim.begin(blocks, arrival=t)
+            tickets[i] = ticket
+            r = ticket.result
+            totals[0] += r.prompt_tokens
+            totals[1] += r.cache_read_input_tokens
+            totals[2] += r.ephemeral_5m_input_tokens
+            totals[3] += r.ephemeral_1h_input_tokens
+
+        def complete(i: int, t: float) -> None:
+            sim.complete(tickets.pop(i), at=t)
+
+        wall = self._replay(plan, shape, arrive, complete)
+        return CacheFigures(totals[0], totals[1], totals[2], totals[3], wall)
+
+
+def openai_cost(
+    model: str, prices: Mapping[str, Mapping[str, Any]] | None, *, concurrency: int
+) -> OpenAICost:
+    """The cost model of ``model`` on the OpenAI API (prices from the table)."""
+    price, problem = api_price("openai", model, prices)
+    return OpenAICost(model, price, concurrency, problem=problem)
+
+
+def anthropic_cost(
+    model: str,
+    prices: Mapping[str, Mapping[str, Any]] | None,
+    *,
+    concurrency: int,
+    ttl: str,
+) -> AnthropicCost:
+    """The cost model of ``model`` on the Anthropic API (prices from the table)."""
+    if ttl not in WRITE_MULTIPLIER:
+        msg = f"cache_ttl must be '5m' or '1h', got {ttl!r}."
+        raise ConfigError(msg)
+    price, problem = api_price("anthropic", model, prices)
+    return AnthropicCost(
+        model,
+        price,
+        concurrency,
+        problem=problem,
+        ttl="1h" if ttl == "1h" else "5m",
+        minimum=min_cacheable_tokens(model, prices),
+    )
+
+
+# ---------------------------------------------------------------- engines
+
+
+def counting_encoder(count_tokens: Callable[[Sequence[str]], list[int]]) -> Encoder:
+    """Pseudo-tokens from a backend's own counts (local engines; only counts matter)."""
+    ids: dict[str, int] = {}
+
+    def encode(texts: Sequence[str]) -> list[list[int]]:
+        counts = count_tokens(list(texts)) if texts else []
+        out = []
+        for t, n in zip(texts, counts, strict=True):
+            base = ids.setdefault(t, len(ids) + 1) * 1_000_003
+            out.append([base + k for k in range(n)])
+        return out
+
+    return encode
+
+
+@dataclass(eq=False)
+class _EngineCost:
+    """Engines on your own hardware: no price, the engine's own token counts."""
+
+    model: str
+    count_tokens: Callable[[Sequence[str]], list[int]]
+    concurrency: int
+    engine: str  # how notes name the engine
+    price: Price | None = field(default=None, init=False)
+
+    def check(self) -> None:
+        return None
+
+    def bill(self, usage: Usage, *, batch: bool = False) -> float | None:
+        return None
+
+    def tokenizer(self) -> Tokenizer:
+        framed = self._framed()
+        note = f"tokens counted with the {self.engine} engine's own tokenizer " + (
+            "(chat template included)" if framed else "(chat-template tokens not included)"
+        )
+        return Tokenizer(counting_encoder(self.count_tokens), True, note)
+
+    def _framed(self) -> bool:
+        return False
+
+    def framing_tokens(self, system: str | None, pieces: Pieces) -> int:
+        return 0
+
+    def cacheable(self, longest_prompt_tokens: int) -> bool:
+        return True
+
+    def uncached(
+        self, groups: Sequence[tuple[int, int]], input_tokens: int, shape: RunShape
+    ) -> CacheFigures:
+        return CacheFigures(input_tokens, 0)
+
+
+@dataclass(eq=False)
+class SlotCost(_EngineCost):
+    """An engine whose slots each keep one KV prefix (llama.cpp; the fake backend).
+
+    The thread executor gives each slot a prefix group; a request reuses the
+    whole pieces it shares with the slot's previous prompt. Wall time comes
+    from the machine's calibration (:mod:`semframe.cost.calibration`) when
+    ``calibrated`` engines have one.
+    """
+
+    calibrated: bool = False
+
+    def calibration(self, shape: RunShape) -> LocalCalibration | None:
+        """The stored calibration for this machine, model and slot count, if any."""
+        if not self.calibrated:
+            return None
+        return load_calibration(shape.cache_dir, self.model, shape.workers)
+
+    def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
+        n = len(plan.requests)
+        slots = slots_of(plan, shape.workers)
+        last: dict[int, list[str]] = {}
+        total = sum(pieces.counts())
+        cached = 0
+        for i in range(n):
+            parts = pieces.parts(i)
+            prev = last.get(slots[i], [])
+            for a, b in zip(prev, parts, strict=False):
+                if a != b:
+                    break
+                cached += len(pieces.tokens(a))
+            last[slots[i]] = parts
+        cal = self.calibration(shape)
+        wall = None if cal is None else cal.wall(total - cached, shape.out_mean * n, n)
+        return CacheFigures(total, cached, wall=wall)
+
+    def uncached(
+        self, groups: Sequence[tuple[int, int]], input_tokens: int, shape: RunShape
+    ) -> CacheFigures:
+        cal = self.calibration(shape)
+        n = groups[-1][1] if groups else 0
+        wall = None if cal is None else cal.wall(input_tokens, shape.out_mean * n, n)
+        return CacheFigures(input_tokens, 0, wall=wall)
+
+    def notes(self, shape: RunShape) -> list[str]:
+        if not self.calibrated:
+            return [f"backend {self.engine!r} has no price and no time model"]
+        cal = self.calibration(shape)
+        if cal is None:
+            return [
+                "local engine uncalibrated: no wall time (run semframe.calibrate_local "
+                "once on this machine)"
+            ]
+        return [
+            f"wall time from the calibration of {cal.measured_at} ({cal.slots} slots); prefix "
+            "reuse per slot only (the engine's RAM prompt cache is not modelled)"
+        ]
+
+
+@dataclass(eq=False)
+class BlockCost(_EngineCost):
+    """vLLM in process: one shared cache of fixed-size blocks.
+
+    With a calibrated engine model (``engine_model()`` returns one), a replay
+    on the simulator gives cached tokens and wall time
+    (:func:`semframe.serving.vllm.timing.predict`); without one, each request
+    reuses, in whole blocks, what it shares with its prefix group's first
+    request, and there is no wall time. ``framing(system)`` gives the chat
+    template's tokens before and after each prompt (the head is shared by
+    every request, so it is cacheable).
+    """
+
+    block_size: int = 16
+    framing: Callable[[str | None], tuple[int, int]] | None = None
+    engine_model: Callable[[Path], Any] | None = None
+
+    def _framed(self) -> bool:
+        return self.framing is not None
+
+    def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
+        n = len(plan.requests)
+        head: list[int] = []
+        tail: list[int] = []
+        if self.framing is not None:
+            h, t = self.framing(plan.relquery.system)
+            head, tail = [-1 - k for k in range(h)], [-1_000_001 - k for k in range(t)]
+        prompts = [
+            head + [t for part in pieces.parts(i) for t in pieces.tokens(part)] + tail
+            for i in range(n)
+        ]
+        groups = [(g.start, g.stop) for g in plan.groups]
+        model = self.engine_model(shape.cache_dir) if self.engine_model is not None else None
+        if model is not None:
+            p = predict(prompts, groups, shape.out_mean, model, max_tokens=plan.relquery.max_tokens)
+            return CacheFigures(p.prompt_tokens, p.cached_tokens, wall=p.wall_seconds)
+        cached = 0
+        for start, stop in groups:
+            lead = prompts[start]
+            for i in range(start + 1, stop):
+                same = 0
+                for a, b in zip(lead, prompts[i], strict=False):
+                    if a != b:
+                        break
+                    same += 1
+                cached += same - same % self.block_size
+        return CacheFigures(sum(len(p) for p in prompts), cached)
+
+    def notes(self, shape: RunShape) -> list[str]:
+        model = self.engine_model(shape.cache_dir) if self.engine_model is not None else None
+        if model is not None:
+            return [
+                "cached tokens and wall time from a replay on the simulator calibrated to this "
+                f"vLLM engine ({model.measured_at}); no price (your own hardware)"
+            ]
+        return [
+            "vLLM engine uncalibrated: cached tokens from block-granular reuse within prefix "
+            "groups, no wall time (run semframe.backends.vllm.calibrate_vllm once on "
+            "this machine); no price (your own hardware)"
+        ]

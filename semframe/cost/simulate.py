@@ -1,0 +1,287 @@
+"""The executor's dispatch replayed in simulated time, over prompts cut into pieces.
+
+The estimator prices a plan request by request in the order and timing the
+executor would send it. :class:`Pieces` holds each prompt as its pieces (the
+shared instructions, each labeled field), tokenized once per distinct piece;
+:func:`simulate_async` replays the API executor's group-aware dispatch and
+:func:`slots_of` the slot assignment of the thread executor.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from semframe.core.plan import Plan
+from semframe.core.table import MISSING
+
+__all__ = [
+    "Encoder",
+    "Pieces",
+    "bounds",
+    "identity_bounds",
+    "replay",
+    "sequential",
+    "simulate_async",
+    "slots_of",
+]
+
+Encoder = Callable[[Sequence[str]], list[list[int]]]
+"""Texts to token ids (pseudo-ids where only counts are known)."""
+
+
+class Pieces:
+    """Prompts as pieces (instructions, labeled fields), each distinct piece tokenized once.
+
+    Token counts per request come from per-column counts of distinct values, so
+    they cost one lookup per field; the pieces themselves are built only for
+    the requests a cache simulation looks at.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        encode: Encoder,
+        cache: dict[str, list[int]] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.encode = encode
+        self.cache: dict[str, list[int]] = {} if cache is None else cache
+        rq = plan.relquery
+        self.head = plan.instructions + "\n\n"
+        self.cells = rq.table.cells
+        n = len(plan.requests)
+        sample = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
+        self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in sample)
+        if self.layout:
+            texts = {self.head}
+            for f in rq.fields:
+                texts.update(f"{f}: {v}\n" for v in set(self.cells[f]))
+        else:  # not the planner's layout: whole prompts are the pieces
+            texts = {r.prompt for r in plan.requests}
+        if rq.system:
+            texts.add(rq.system)
+        self._fill(texts)
+        self.col_counts: dict[str, dict[str, int]] = {
+            f: {v: len(self.cache[f"{f}: {v}\n"]) for v in set(self.cells[f])}
+            for f in (rq.fields if self.layout else ())
+        }
+
+    def _parts(self, i: int) -> list[str]:
+        req = self.plan.requests[i]
+        order = self.plan.ordering.fields[i]
+        return [self.head, *(f"{f}: {self.cells[f][req.row]}\n" for f in order)]
+
+    def parts(self, i: int) -> list[str]:
+        """The pieces of request ``i``'s prompt."""
+        return self._parts(i) if self.layout else [self.plan.requests[i].prompt]
+
+    def _fill(self, texts: set[str]) -> None:
+        new = sorted(t for t in texts if t not in self.cache)
+        for text, toks in zip(new, self.encode(new), strict=True):
+            self.cache[text] = toks
+
+    def tokens(self, text: str) -> list[int]:
+        found = self.cache.get(text)
+        if found is None:
+            self._fill({text})
+            found = self.cache[text]
+        return found
+
+    def span(self, i: int, start: int, end: int) -> list[int]:
+        """Tokens of ``prompt[start:end]`` of request ``i`` (piece boundaries assumed)."""
+        out: list[int] = []
+        pos = 0
+        for p in self.parts(i):
+            nxt = pos + len(p)
+            if pos >= start and nxt <= end:
+                out += self.tokens(p)
+            elif pos < end and nxt > start:  # a cut inside a piece: tokenize that slice
+                out += self.tokens(p[max(start - pos, 0) : end - pos])
+            pos = nxt
+        return out
+
+    def counts(self) -> list[int]:
+        """Prompt tokens of every request (without chat framing)."""
+        plan = self.plan
+        if not self.layout:
+            return [len(self.cache[r.prompt]) for r in plan.requests]
+        head = len(self.cache[self.head])
+        cols = [(self.col_counts[f], self.cells[f]) for f in plan.relquery.fields]
+        return [head + sum(c[v[r.row]] for c, v in cols) for r in plan.requests]
+
+
+@dataclass
+class _G:
+    start: int
+    stop: int
+    next: int
+    leader_done: bool = False
+
+
+def simulate_async(  # noqa: PLR0917
+    groups_of: Sequence[tuple[int, int]],
+    n: int,
+    workers: int,
+    latency: float,
+    send_s: float,
+    on_arrive: Callable[[int, float], None] | None = None,
+    on_complete: Callable[[int, float], None] | None = None,
+) -> float:
+    """The API executor's dispatch (:class:`semframe.runtime.dispatch.AsyncDispatcher`) in time.
+
+    A prefix group's first request goes alone; its followers go once it has
+    been answered, ahead of new groups; at most ``workers`` requests are in
+    flight; the client sends one request per ``send_s``; each takes
+    ``latency`` seconds. Latency being the same for all, requests complete in
+    the order they arrive, so two FIFO queues replace an event heap. Returns
+    the time the last request completes.
+    """
+    groups = [_G(a, b, a) for a, b in groups_of]
+    group_of = [0] * n
+    for gi, g in enumerate(groups):
+        group_of[g.start : g.stop] = [gi] * (g.stop - g.start)
+    unstarted: deque[int] = deque(range(len(groups)))
+    open_: deque[int] = deque()
+    arrivals: deque[tuple[float, int]] = deque()
+    completions: deque[tuple[float, int]] = deque()
+    client_free = 0.0
+    idle = workers
+    end = 0.0
+
+    def fill(now: float) -> None:
+        nonlocal idle, client_free
+        while idle > 0:
+            while open_ and groups[open_[0]].next >= groups[open_[0]].stop:
+                open_.popleft()
+            if open_:
+                g = groups[open_[0]]
+            elif unstarted:
+                g = groups[unstarted.popleft()]
+            else:
+                return
+            g.next += 1
+            idle -= 1
+            client_free = max(client_free, now) + send_s
+            arrivals.append((client_free, g.next - 1))
+
+    fill(0.0)
+    while arrivals or completions:
+        if arrivals and (not completions or arrivals[0][0] < completions[0][0]):
+            t, r = arrivals.popleft()
+            if on_arrive is not None:
+                on_arrive(r, t)
+            completions.append((t + latency, r))
+            continue
+        t, r = completions.popleft()
+        if on_complete is not None:
+            on_complete(r, t)
+        end = t
+        idle += 1
+        g = groups[group_of[r]]
+        if r == g.start:
+            g.leader_done = True
+            if g.next < g.stop:
+                open_.append(group_of[r])
+        fill(t)
+    return end
+
+
+def slots_of(plan: Plan, workers: int) -> list[int]:
+    """Slot of each request under the thread executor's group-aware dispatch.
+
+    Service times are taken as equal, so workers take turns in slot order.
+    """
+    groups = [_G(g.start, g.stop, g.start) for g in plan.groups]
+    group_of = [0] * len(plan.requests)
+    for gi, g in enumerate(groups):
+        for r in range(g.start, g.stop):
+            group_of[r] = gi
+    unstarted: deque[int] = deque(range(len(groups)))
+    slot_of = [0] * len(plan.requests)
+    current: list[int | None] = [None] * workers
+    pending: list[tuple[int, int]] = []  # (slot, request) in flight, finished next turn
+    while True:
+        progressed = False
+        for _, done in pending:
+            if done == groups[group_of[done]].start:
+                groups[group_of[done]].leader_done = True
+        pending = []
+        for slot in range(workers):
+            pick = current[slot]
+            mine = groups[pick] if pick is not None else None
+            if mine is not None and mine.next < mine.stop and mine.leader_done:
+                pass
+            elif unstarted:
+                pick = unstarted.popleft()
+            else:
+                best = [
+                    (x.stop - x.next, i)
+                    for i, x in enumerate(groups)
+                    if x.leader_done and x.next < x.stop
+                ]
+                pick = max(best)[1] if best else None
+            if pick is None:
+                continue
+            g = groups[pick]
+            if g.next >= g.stop or (g.next > g.start and not g.leader_done):
+                continue
+            slot_of[g.next] = slot
+            pending.append((slot, g.next))
+            g.next += 1
+            current[slot] = pick
+            progressed = True
+        if not progressed and not pending:
+            return slot_of
+
+
+def bounds(plan: Plan) -> list[tuple[int, int]]:
+    """The plan's prefix groups as ``(start, stop)`` pairs."""
+    return [(g.start, g.stop) for g in plan.groups]
+
+
+def identity_bounds(plan: Plan) -> list[tuple[int, int]]:
+    """Prefix groups of the relQuery in the caller's order (as ``make_plan`` forms them)."""
+    rq = plan.relquery
+    n = rq.table.n_rows
+    if not rq.fields or n == 0:
+        return [(0, n)] if n else []
+    first = rq.fields[0]
+    col = rq.table.cells[first]
+    missing = f"{MISSING}"
+    starts = [i for i in range(n) if i == 0 or col[i] != col[i - 1] or col[i] == missing]
+    return list(zip(starts, [*starts[1:], n], strict=True))
+
+
+def sequential(
+    n: int, arrive: Callable[[int, float], None], complete: Callable[[int, float], None]
+) -> None:
+    """Batch APIs: requests processed one after another, in plan order."""
+    for i in range(n):
+        arrive(i, float(i))
+        complete(i, float(i) + 0.5)
+
+
+def replay(
+    plan: Plan,
+    *,
+    workers: int,
+    batch: bool,
+    latency: float,
+    send_s: float,
+    arrive: Callable[[int, float], None],
+    complete: Callable[[int, float], None],
+) -> float | None:
+    """Replay the executor's send order through ``arrive``/``complete``; its wall time.
+
+    Batch runs go one after another with no wall time (``None``); live runs
+    follow the async dispatcher's model, each request taking ``latency``
+    seconds and the client ``send_s`` to send one.
+    """
+    if batch:
+        sequential(len(plan.requests), arrive, complete)
+        return None
+    return simulate_async(
+        bounds(plan), len(plan.requests), workers, latency, send_s, arrive, complete
+    )

@@ -1,0 +1,269 @@
+"""The row-by-row operators: ``map``, ``filter``, ``extract``, ``classify``.
+
+Each compiles one relQuery with one request per row (:func:`compile_relquery`),
+runs it once, and turns the outcomes into new columns (or, for ``filter``, a
+choice of rows). They differ only in the answer format and in how answers
+become the result; :mod:`semframe.operators.cascade` reuses both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from semframe.config import ResolvedConfig, config
+from semframe.core.frames import Frame, NewColumn, Output
+from semframe.core.parse import BOOL, TEXT, FieldSpec, label_confidence, label_spec, record_spec
+from semframe.core.plan import Plan
+from semframe.core.wire import Outcome
+from semframe.cost.estimate import Estimate
+from semframe.errors import InputError, RowErrors
+from semframe.operators.common import (
+    TOP_LOGPROBS,
+    check_error_column,
+    check_logprobs,
+    check_new_columns,
+    compile_relquery,
+    describe,
+    finish,
+    row_errors,
+)
+from semframe.runtime.call import Call, Runner, with_logprobs
+from semframe.runtime.estimate import estimate_call
+
+__all__ = [
+    "CLASSIFY",
+    "EXTRACT",
+    "FILTER",
+    "MAP",
+    "Classify",
+    "Extract",
+    "Filter",
+    "Map",
+    "RowwiseCall",
+]
+
+_ROW_ARGS = ("max_tokens", "system", "examples", "truncate")
+"""Keyword arguments every row-by-row operator passes to :func:`compile_relquery`."""
+
+
+@dataclass(frozen=True)
+class RowwiseCall:
+    """A compiled row-by-row call: the frame it reads, its relQuery, what the result adds.
+
+    Attributes
+    ----------
+    frame : Frame
+        The caller's frame.
+    call : Call
+        The relQuery (one request per row).
+    out : str
+        The answer column (``map``, ``classify``), or ``""``.
+    fields : tuple of FieldSpec
+        ``extract``'s schema fields (its new columns).
+    confidence : tuple of str
+        ``classify(confidence=True)``'s labels (empty: no confidence columns).
+    """
+
+    frame: Frame
+    call: Call
+    out: str = ""
+    fields: tuple[FieldSpec, ...] = ()
+    confidence: tuple[str, ...] = ()
+
+    @property
+    def settings(self) -> ResolvedConfig:
+        """The call's settings."""
+        return self.call.settings
+
+
+def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], ResolvedConfig]:
+    """The operator's common arguments, and the settings resolved from the rest."""
+    args = {k: kwargs.pop(k) for k in _ROW_ARGS if k in kwargs}
+    return args, config(**kwargs)
+
+
+class _Rowwise:
+    """The steps every row-by-row operator shares."""
+
+    name: str
+    required: tuple[str, ...] = ()
+
+    def plan(self, compiled: RowwiseCall) -> Plan:
+        return compiled.call.plan
+
+    def estimate(self, compiled: RowwiseCall, *, probe: int) -> Estimate:
+        return estimate_call(compiled.call.plan, compiled.settings, op=self.name, probe=probe)
+
+    def run(self, compiled: RowwiseCall, runner: Runner) -> Output:
+        outcomes = runner.run(compiled.call)
+        runner.finish()
+        return self.output(compiled, outcomes)
+
+    def output(
+        self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
+    ) -> Output:
+        """The result of ``outcomes`` (caller's row order), with ``extra`` columns added."""
+        raise NotImplementedError
+
+
+class Map(_Rowwise):
+    """``df.llm.map``: the answer of every row in a new column."""
+
+    name = "map"
+
+    def compile(
+        self, frame: Frame, template: str, *, out: str = "llm_output", **kwargs: Any
+    ) -> RowwiseCall:
+        args, cfg = _split(kwargs)
+        call = compile_relquery(frame, template, op="map", output=TEXT, settings=cfg, **args)
+        check_new_columns(frame, [out])
+        check_error_column(frame, cfg, f"{out}_error")
+        return RowwiseCall(frame, call, out)
+
+    def output(
+        self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
+    ) -> Output:
+        answers = NewColumn(compiled.out, [o.value for o in outcomes])
+        return finish(
+            compiled.call, outcomes, Output(columns=(answers, *extra)), f"{compiled.out}_error"
+        )
+
+
+class Filter(_Rowwise):
+    """``df.llm.filter``: the rows the model says yes to (failed rows kept, and reported)."""
+
+    name = "filter"
+
+    def compile(self, frame: Frame, template: str, **kwargs: Any) -> RowwiseCall:
+        args, cfg = _split(kwargs)
+        call = compile_relquery(frame, template, op="filter", output=BOOL, settings=cfg, **args)
+        return RowwiseCall(frame, call)
+
+    def output(
+        self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
+    ) -> Output:
+        keep = [i for i, o in enumerate(outcomes) if o.value is True or o.error_kind is not None]
+        columns = [NewColumn(c.name, [c.values[i] for i in keep], c.dtype) for c in extra]
+        errors = row_errors(compiled.call.labels, outcomes)
+        as_column = compiled.settings["errors"] == "keep"
+        if errors or as_column:
+            reasons = [
+                None if outcomes[i].error_kind is None else describe(outcomes[i]) for i in keep
+            ]
+            columns.append(NewColumn("llm_error", reasons))
+        result = Output(rows=keep, columns=tuple(columns))
+        if errors and not as_column:
+            raise RowErrors(errors, result)
+        return result
+
+
+class Extract(_Rowwise):
+    """``df.llm.extract``: typed fields of every row, one new column each."""
+
+    name = "extract"
+    required: tuple[str, ...] = ("schema",)
+
+    def compile(self, frame: Frame, template: str, *, schema: object, **kwargs: Any) -> RowwiseCall:
+        spec, fields = record_spec(schema)
+        args, cfg = _split(kwargs)
+        call = compile_relquery(frame, template, op="extract", output=spec, settings=cfg, **args)
+        check_new_columns(frame, [f.name for f in fields], "schema field")
+        check_error_column(frame, cfg, "llm_error")
+        return RowwiseCall(frame, call, fields=fields)
+
+    def output(
+        self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
+    ) -> Output:
+        columns = tuple(
+            NewColumn(
+                f.name, [o.value[i] if o.error_kind is None else None for o in outcomes], f.dtype
+            )
+            for i, f in enumerate(compiled.fields)
+        )
+        return finish(compiled.call, outcomes, Output(columns=(*columns, *extra)), "llm_error")
+
+
+class Classify(_Rowwise):
+    """``df.llm.classify``: one (or several) of a fixed set of labels for every row."""
+
+    name = "classify"
+    required: tuple[str, ...] = ("labels",)
+
+    def compile(
+        self,
+        frame: Frame,
+        template: str,
+        *,
+        labels: object,
+        out: str = "label",
+        multi: bool = False,
+        confidence: bool = False,
+        **kwargs: Any,
+    ) -> RowwiseCall:
+        """Validate a ``classify`` call; with ``confidence`` every request asks for logprobs."""
+        if not isinstance(multi, bool):
+            msg = f"multi must be True or False, got {multi!r}."  # type: ignore[unreachable]
+            raise InputError(msg)
+        if not isinstance(confidence, bool):
+            msg = f"confidence must be True or False, got {confidence!r}."  # type: ignore[unreachable]
+            raise InputError(msg)
+        spec = label_spec(labels, multi=multi)
+        args, cfg = _split(kwargs)
+        call = compile_relquery(frame, template, op="classify", output=spec, settings=cfg, **args)
+        check_new_columns(frame, [out])
+        names: tuple[str, ...] = ()
+        if confidence:
+            names = tuple(cast("Sequence[str]", labels))
+            check_new_columns(frame, confidence_columns(out, names, multi))
+            call = with_logprobs(call, TOP_LOGPROBS)
+        check_error_column(frame, cfg, f"{out}_error")
+        return RowwiseCall(frame, call, out, confidence=names)
+
+    def run(self, compiled: RowwiseCall, runner: Runner) -> Output:
+        if compiled.confidence:
+            check_logprobs(compiled.settings, "classify(confidence=True)")
+        return super().run(compiled, runner)
+
+    def output(
+        self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
+    ) -> Output:
+        call, out = compiled.call, compiled.out
+        multi = call.relquery.output.kind == "labels"
+        columns = [NewColumn(out, [o.value for o in outcomes], "list[str]" if multi else "str")]
+        names = compiled.confidence
+        if names:
+            found = [_confidences(o, names) for o in outcomes]
+            if multi:
+                for label, name in zip(names, confidence_columns(out, names, True), strict=True):
+                    columns.append(NewColumn(name, [c.get(label) for c in found], "float"))
+            else:
+                values = [
+                    c.get(o.value) if o.error_kind is None else None
+                    for c, o in zip(found, outcomes, strict=True)
+                ]
+                columns.append(NewColumn(f"{out}_confidence", values, "float"))
+        return finish(call, outcomes, Output(columns=(*columns, *extra)), f"{out}_error")
+
+
+def confidence_columns(out: str, labels: Sequence[str], multi: bool) -> list[str]:
+    """The confidence column(s) ``classify(confidence=True)`` adds."""
+    if not multi:
+        return [f"{out}_confidence"]
+    return [f"{out}_confidence_{label}" for label in labels]
+
+
+def _confidences(outcome: Outcome, labels: Sequence[str]) -> dict[str, float]:
+    """Confidence of each label the outcome chose (none for a failed row or no logprobs)."""
+    if outcome.error_kind is not None or outcome.logprobs is None or outcome.raw is None:
+        return {}
+    chosen = outcome.value if isinstance(outcome.value, list) else [outcome.value]
+    found = label_confidence(outcome.raw, outcome.logprobs, labels)
+    return {k: v for k, v in found.items() if k in chosen}
+
+
+MAP = Map()
+FILTER = Filter()
+EXTRACT = Extract()
+CLASSIFY = Classify()

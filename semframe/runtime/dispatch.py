@@ -1,0 +1,352 @@
+"""Concurrent dispatch: which request goes next, to which slot, and when.
+
+Dispatch follows the prefix groups of the plan (see "Concurrency meets prefix
+caches" in the design). On the thread path each worker owns one slot of the
+backend: it takes the next unstarted prefix group and sends its requests one
+after another to its own slot, so the group's shared prefix is computed once
+and then served from that slot's cache. When no group is left unstarted, an
+idle worker helps with the group that has the most requests left, but only
+after that group's first request has finished, so that the shared prefix is
+cached before anyone else needs it. Other groups keep the other slots busy
+meanwhile (:class:`GroupDispatcher`).
+
+Async backends share one cache (an API, vLLM): a group's first request goes
+alone and its followers are fanned out once it has been answered, ahead of new
+groups, under client-side rate limits (:class:`AsyncDispatcher`,
+:class:`RateLimiter`). The per-request work (attempts, retries, parsing) is
+the executor's (:mod:`semframe.runtime.execute`); this module only decides
+order and concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from semframe.core.plan import Plan
+from semframe.core.wire import Outcome, Request
+
+__all__ = [
+    "AsyncDispatcher",
+    "GroupDispatcher",
+    "NaiveDispatcher",
+    "RateLimiter",
+    "backoff",
+    "run_async",
+    "run_threads",
+]
+
+
+@dataclass
+class Group:
+    start: int
+    stop: int
+    next: int
+    leader_done: bool = False
+
+
+class GroupDispatcher:
+    """Hands out requests to workers, prefix group by prefix group."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.groups = [Group(g.start, g.stop, g.start) for g in plan.groups]
+        self.unstarted: deque[int] = deque(range(len(self.groups)))
+        self.cond = threading.Condition()
+        self.in_flight = 0
+        self.stopped = False
+        self.should_stop: Callable[[int], bool] | None = None
+        self.halted = False  # stopped by ``should_stop``
+
+    def _halt(self) -> bool:
+        """Ask ``should_stop``; on True stop handing out requests (call with the lock held)."""
+        if self.should_stop is not None and self.should_stop(self.in_flight):
+            self.stopped = self.halted = True
+            self.cond.notify_all()
+        return self.stopped
+
+    def take(self, current: int | None) -> tuple[int, int] | None:
+        """Next (group, request) for a worker whose last group was ``current``."""
+        with self.cond:
+            while not self.stopped:
+                if self._halt():
+                    return None
+                if current is not None:
+                    g = self.groups[current]
+                    if g.next < g.stop and g.leader_done:
+                        return self._pop(current)
+                if self.unstarted:
+                    return self._pop(self.unstarted.popleft())
+                best, best_left = None, 0
+                for i, g in enumerate(self.groups):
+                    left = g.stop - g.next
+                    if g.leader_done and left > best_left:
+                        best, best_left = i, left
+                if best is not None:
+                    return self._pop(best)
+                if self.in_flight == 0:
+                    return None
+                self.cond.wait()
+            return None
+
+    def _pop(self, index: int) -> tuple[int, int]:
+        g = self.groups[index]
+        request = g.next
+        g.next += 1
+        self.in_flight += 1
+        return index, request
+
+    def done(self, index: int, request: int) -> None:
+        with self.cond:
+            g = self.groups[index]
+            if request == g.start:
+                g.leader_done = True
+            self.in_flight -= 1
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+class NaiveDispatcher(GroupDispatcher):
+    """Baseline: plan order, first come first served, no group awareness."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan)
+        self.next = 0
+        self.total = len(plan.requests)
+
+    def take(self, current: int | None) -> tuple[int, int] | None:
+        with self.cond:
+            if self.stopped or self.next >= self.total or self._halt():
+                return None
+            self.next += 1
+            self.in_flight += 1
+            return 0, self.next - 1
+
+    def done(self, index: int, request: int) -> None:
+        with self.cond:
+            self.in_flight -= 1
+
+
+class RateLimiter:
+    """Token buckets for requests and tokens per minute (async, first come first served).
+
+    Each bucket holds up to ten seconds of its rate, so a burst cannot exceed
+    one sixth of the per-minute limit.
+    """
+
+    def __init__(
+        self, rpm: int | None, tpm: int | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.clock = clock
+        self.limits = [limit / 60.0 for limit in (rpm, tpm) if limit]
+        self.kinds = [kind for kind, limit in (("requests", rpm), ("tokens", tpm)) if limit]
+        self.capacity = [max(1.0, rate * 10) for rate in self.limits]
+        self.level = list(self.capacity)
+        self.last = clock()
+        self.lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        elapsed, self.last = now - self.last, now
+        for i, rate in enumerate(self.limits):
+            self.level[i] = min(self.capacity[i], self.level[i] + rate * elapsed)
+
+    def wait_time(self, tokens: int) -> float:
+        """Seconds until a request of ``tokens`` may go (0: now, and taken)."""
+        self._refill()
+        needs = [1.0 if kind == "requests" else float(tokens) for kind in self.kinds]
+        needs = [min(need, cap) for need, cap in zip(needs, self.capacity, strict=True)]
+        wait = max(
+            ((need - level) / rate if level < need else 0.0)
+            for need, level, rate in zip(needs, self.level, self.limits, strict=True)
+        )
+        if wait <= 0:
+            for i, need in enumerate(needs):
+                self.level[i] -= need
+        return wait
+
+    async def acquire(self, tokens: int) -> None:
+        async with self.lock:
+            while (wait := self.wait_time(tokens)) > 0:
+                await asyncio.sleep(wait)
+
+
+class AsyncDispatcher:
+    """Prefix groups for a shared cache: leaders first, then each group fanned out.
+
+    A group's first request goes alone; once it has been answered (and the
+    provider holds its prefix), the group's other requests are sent ahead of
+    any new group, as fast as concurrency allows, so a group's requests reach
+    the provider close together in time while other groups' leaders keep the
+    remaining capacity busy.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self.groups = [Group(g.start, g.stop, g.start) for g in plan.groups]
+        self.unstarted: deque[int] = deque(range(len(self.groups)))
+        self.open: deque[int] = deque()
+        self.in_flight = 0
+        self.stopped = False
+        self.cond = asyncio.Condition()
+        self.should_stop: Callable[[int], bool] | None = None
+        self.halted = False
+
+    async def take(self) -> tuple[int, int] | None:
+        async with self.cond:
+            while not self.stopped:
+                if self.should_stop is not None and self.should_stop(self.in_flight):
+                    self.stopped = self.halted = True
+                    self.cond.notify_all()
+                    return None
+                while (
+                    self.open and self.groups[self.open[0]].next >= self.groups[self.open[0]].stop
+                ):
+                    self.open.popleft()
+                if self.open:
+                    return self._pop(self.open[0])
+                if self.unstarted:
+                    return self._pop(self.unstarted.popleft())
+                if self.in_flight == 0:
+                    return None
+                await self.cond.wait()
+            return None
+
+    def _left(self, index: int) -> int:
+        g = self.groups[index]
+        return g.stop - g.next
+
+    def _pop(self, index: int) -> tuple[int, int]:
+        g = self.groups[index]
+        request = g.next
+        g.next += 1
+        self.in_flight += 1
+        return index, request
+
+    async def done(self, index: int, request: int) -> None:
+        async with self.cond:
+            g = self.groups[index]
+            if request == g.start:
+                g.leader_done = True
+                if g.next < g.stop:
+                    self.open.append(index)
+            self.in_flight -= 1
+            self.cond.notify_all()
+
+    async def stop(self) -> None:
+        async with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+async def run_async(
+    plan: Plan,
+    workers: int,
+    *,
+    drive: Callable[[Request], Awaitable[Outcome]],
+    record: Callable[[int, Outcome], None],
+    should_stop: Callable[[int], bool] | None = None,
+    halted: list[bool] | None = None,
+) -> None:
+    """Send ``plan`` with up to ``workers`` requests in flight (:class:`AsyncDispatcher`).
+
+    ``drive(request)`` sends one request until it has an outcome (retries
+    included); ``record(position, outcome)`` keeps it. ``should_stop(in_flight)``
+    is asked before each request is taken; when it says stop, requests in
+    flight complete and ``halted`` gets ``True``. The first unexpected error
+    stops the workers and is raised.
+    """
+    dispatcher = AsyncDispatcher(plan)
+    dispatcher.should_stop = should_stop
+    failures: list[BaseException] = []
+
+    async def work() -> None:
+        while True:
+            taken = await dispatcher.take()
+            if taken is None:
+                return
+            index, pos = taken
+            try:
+                record(pos, await drive(plan.requests[pos]))
+            except Exception as exc:
+                failures.append(exc)
+                await dispatcher.stop()
+                return
+            finally:
+                await dispatcher.done(index, pos)
+
+    await asyncio.gather(*(work() for _ in range(workers)))
+    if dispatcher.halted and halted is not None:
+        halted.append(True)
+    if failures:
+        raise failures[0]
+
+
+def backoff(attempt: int, retry_after: float | None) -> float:
+    """Exponential backoff with full jitter; ``Retry-After`` wins when given."""
+    if retry_after is not None:
+        return max(0.0, retry_after)
+    return float(random.uniform(0, min(30.0, 0.5 * 2 ** (attempt - 1))))
+
+
+def run_threads(
+    plan: Plan,
+    workers: int,
+    run_one: Callable[[Request, int | None], Outcome],
+    record: Callable[[int, Outcome], None],
+    *,
+    group_aware: bool,
+    should_stop: Callable[[int], bool] | None = None,
+    halted: list[bool] | None = None,
+) -> None:
+    """Send ``plan`` from ``workers`` threads, one slot each (:class:`GroupDispatcher`).
+
+    ``run_one(request, slot)`` sends one request until it has an outcome;
+    ``group_aware=False`` is the naive baseline (plan order, any free worker,
+    no slot hint). Stopping and errors as for :func:`run_async`; Ctrl-C stops
+    the workers and propagates.
+    """
+    dispatcher = GroupDispatcher(plan) if group_aware else NaiveDispatcher(plan)
+    dispatcher.should_stop = should_stop
+    failures: list[BaseException] = []
+
+    def work(slot: int) -> None:
+        current: int | None = None
+        try:
+            while True:
+                taken = dispatcher.take(current)
+                if taken is None:
+                    return
+                current, pos = taken
+                try:
+                    record(pos, run_one(plan.requests[pos], slot if group_aware else None))
+                finally:
+                    dispatcher.done(current, pos)
+        except BaseException as exc:  # a bug or an unexpected backend error: stop all
+            failures.append(exc)
+            dispatcher.stop()
+
+    threads = [
+        threading.Thread(target=work, args=(slot,), name=f"semframe-worker-{slot}", daemon=True)
+        for slot in range(workers)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)
+    except KeyboardInterrupt:
+        dispatcher.stop()
+        raise
+    if dispatcher.halted and halted is not None:
+        halted.append(True)
+    if failures:
+        raise failures[0]

@@ -1,0 +1,153 @@
+"""Estimates as a run would see them: the backend's cost model, stored answers, a probe.
+
+:func:`estimate_plan` prices a plan the way ``settings`` would run it: it
+resolves the backend's cost model (an API without its key is still priced),
+the concurrency the executor would use, and, with ``probe=N``, sends ``N``
+sample rows to measure answer lengths; the arithmetic is
+:func:`semframe.cost.estimate.price_plan`. :func:`estimate_call` first leaves
+out the rows the result cache already answers: they cost nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from semframe.backends import Backend, cost_model, get_backend
+from semframe.config import cache_dir
+from semframe.core.ordering import Ordering
+from semframe.core.plan import Plan, make_plan
+from semframe.cost.estimate import Estimate, price_plan
+from semframe.cost.models import CostModel, LatencyModel, RunShape
+from semframe.errors import ConfigError, InputError, MissingDependencyError
+from semframe.runtime.call import uncached_part
+from semframe.runtime.execute import execute
+
+__all__ = ["estimate_call", "estimate_plan", "probe_output"]
+
+
+def _resolve(settings: Mapping[str, Any]) -> tuple[Backend | None, CostModel]:
+    """The backend, when it can be built here, and its cost model."""
+    name, model = settings["backend"], settings["model"]
+    try:
+        backend = get_backend(name, model=model, settings=settings)
+    except (ConfigError, MissingDependencyError):
+        # An API without its key (or SDK) can still be priced.
+        return None, cost_model(name, model=model, settings=settings)
+    return backend, backend.cost
+
+
+def probe_output(
+    plan: Plan, backend: Backend, rows: int, *, workers: int
+) -> tuple[float, float | None, int]:
+    """Send ``rows`` sampled requests of ``plan``: (mean output tokens, dollars, rows sent)."""
+    n = len(plan.requests)
+    k = min(rows, n)
+    if k == 0:
+        return 0.0, None, 0
+    picked = sorted(random.Random(0).sample(range(n), k))
+    rq = plan.relquery
+    sub = dataclasses.replace(
+        rq, table=rq.table.take([plan.requests[i].row for i in picked]), logprobs=0
+    )
+    order = Ordering(tuple(range(k)), tuple(plan.ordering.fields[i] for i in picked))
+    _, stats = execute(
+        make_plan(sub, order, "probe"), backend, max_concurrency=workers, progress="off"
+    )
+    sent = max(stats.requests - stats.retries, 1)
+    return stats.output_tokens / sent, stats.dollars, k
+
+
+def estimate_plan(
+    plan: Plan,
+    settings: Mapping[str, Any],
+    *,
+    op: str | None = None,
+    probe: int = 0,
+    latency: LatencyModel | None = None,
+    scale: float = 1.0,
+    notes: Sequence[str] = (),
+) -> Estimate:
+    """Estimate ``plan`` as ``settings`` (a resolved configuration) would run it.
+
+    Parameters
+    ----------
+    plan : Plan
+        The plan the run would execute.
+    settings : mapping
+        Resolved settings (``semframe.config(...)``): backend, model, prices,
+        batch, cache_ttl, max_concurrency, cache_dir.
+    op : str, optional
+        Operator name to report (default: the relQuery's).
+    probe : int
+        Rows to send first to measure output lengths (0: use ``max_tokens``).
+    latency : LatencyModel, optional
+        Per-request latency of API backends (default: the cost model's).
+    scale : float
+        Multiply every figure (a first round standing for a whole operator call).
+    notes : sequence of str
+        Extra caveats to report.
+
+    Examples
+    --------
+    >>> import pandas as pd, semframe
+    >>> from semframe.operators.common import compile_call
+    >>> call = compile_call(pd.DataFrame({"t": ["a", "b"]}), "Echo {t}", op="map",
+    ...                     backend="fake")
+    >>> estimate_plan(call.plan, call.settings).planned.output_tokens_max
+    512
+    """
+    if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
+        msg = f"probe must be a number of rows >= 0, got {probe!r}."
+        raise InputError(msg)
+    backend, model = _resolve(settings)
+    model.check()
+    limit = backend.capabilities.max_concurrency if backend is not None else model.concurrency
+    workers = max(1, min(limit, settings["max_concurrency"] or limit, len(plan) or 1))
+    out_mean = float(plan.relquery.max_tokens)
+    source = "max_tokens"
+    probe_cost = None
+    if probe:
+        if backend is None:
+            msg = (
+                f"probe= sends requests, so backend {settings['backend']!r} needs its API key "
+                "(or a client) for it; estimate without probe= to price by max_tokens."
+            )
+            raise ConfigError(msg)
+        out_mean, probe_cost, k = probe_output(plan, backend, probe, workers=workers)
+        source = f"probe of {k} rows"
+    shape = RunShape(
+        workers=workers,
+        batch=bool(settings["batch"]),
+        out_mean=out_mean,
+        cache_dir=cache_dir(settings["cache_dir"]),
+        latency=latency,
+    )
+    return price_plan(
+        plan,
+        model,
+        shape,
+        backend=settings["backend"],
+        op=op,
+        output_source=source,
+        probe_cost=probe_cost,
+        scale=scale,
+        notes=notes,
+    )
+
+
+def estimate_call(plan: Plan, settings: Mapping[str, Any], *, op: str, probe: int = 0) -> Estimate:
+    """:func:`estimate_plan` of the rows the result cache cannot answer (they cost nothing)."""
+    n = len(plan.requests)
+    left, cached = uncached_part(plan, settings)
+    notes = (
+        (
+            f"{cached:,} of {n:,} rows are answered by the result cache and not counted "
+            "(they cost nothing; cache=False estimates every row)",
+        )
+        if cached
+        else ()
+    )
+    return estimate_plan(left, settings, op=op, probe=probe, notes=notes)

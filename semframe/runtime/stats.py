@@ -1,0 +1,216 @@
+"""What runs cost: statistics of one relQuery run, of one operator call, and the run report.
+
+:class:`RunStats` describes one relQuery run (``semframe.last_run()``),
+:class:`OpStats` a whole operator call, all its relQueries (``semframe.last_op()``).
+Both land in one :class:`Report`, held in a context variable: by default one
+report for the process (what a notebook shows after any cell), and a fresh one
+inside :func:`report_scope`, for code that runs operator calls side by side
+(threads, tasks) and wants each one's own figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+__all__ = [
+    "OpStats",
+    "Report",
+    "RunStats",
+    "last_op",
+    "last_run",
+    "record_op",
+    "record_run",
+    "report_scope",
+    "reset_report",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStats:
+    """Statistics of one operator call (``semframe.last_run()``).
+
+    Token figures are what the backend reported, summed over every attempt;
+    rows served from the result cache send nothing and count in ``cache_hits``
+    only (``cache_saved_dollars`` is what their stored usage would have cost;
+    ``None`` where the model has no price).
+    """
+
+    op: str
+    backend: str
+    model: str
+    reorder: str
+    rows: int
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    errors: int
+    retries: int
+    wall_seconds: float
+    workers: int
+    expected_hit_rate: float
+    dollars: float | None = None
+    batch: bool = False
+    cache_hits: int = 0
+    cache_saved_dollars: float | None = None
+
+    @property
+    def cached_share(self) -> float:
+        """Share of prompt tokens served from the backend's prefix cache."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"RunStats({self.op} on {self.backend}/{self.model}, reorder={self.reorder}: "
+            f"{self.rows} rows, {self.requests} requests, {self.errors} errors, "
+            f"{self.retries} retries; prompt {self.prompt_tokens:,} tok, cached "
+            f"{self.cached_tokens:,} ({self.cached_share:.1%}), output {self.output_tokens:,} "
+            f"tok; {self.wall_seconds:.2f} s with {self.workers} worker(s)"
+            + (f"; ${self.dollars:.4f}" if self.dollars is not None else "")
+            + (" (batch)" if self.batch else "")
+            + (f"; {self.cache_hits} from the result cache" if self.cache_hits else "")
+            + (
+                f" (saved ${self.cache_saved_dollars:.4f})"
+                if self.cache_hits and self.cache_saved_dollars is not None
+                else ""
+            )
+            + ")"
+        )
+
+
+@dataclass(frozen=True)
+class OpStats:
+    """What one operator call cost, over all the relQueries it ran (``semframe.last_op()``).
+
+    Operators such as ``agg`` (one relQuery per reduction level) and ``topk``
+    (one per comparison round) run several relQueries; ``semframe.last_run()``
+    describes only the last of them, this describes the whole call.
+
+    Attributes
+    ----------
+    op : str
+        The operator.
+    runs : tuple of RunStats
+        One per relQuery run, in order.
+    counts : mapping of str to int
+        Operator-specific figures, e.g. ``comparisons`` and
+        ``naive_comparisons`` for ``topk``, ``pairs`` and ``naive_pairs`` for
+        ``join``, ``levels`` for ``agg``.
+    detail : object or None
+        An operator's own report (a cascade's
+        :class:`~semframe.operators.cascade.CascadeReport`).
+    """
+
+    op: str
+    runs: tuple[RunStats, ...]
+    counts: Mapping[str, int] = field(default_factory=dict)
+    detail: object = None
+
+    @property
+    def llm_calls(self) -> int:
+        """Requests sent, retries included, over every relQuery of the call."""
+        return sum(r.requests for r in self.runs)
+
+    @property
+    def relqueries(self) -> int:
+        """Number of relQueries run."""
+        return len(self.runs)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens over every run."""
+        return sum(r.prompt_tokens for r in self.runs)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Cached prompt tokens over every run."""
+        return sum(r.cached_tokens for r in self.runs)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v:,}" for k, v in self.counts.items())
+        return (
+            f"OpStats({self.op}: {self.relqueries} relQuery(s), {self.llm_calls:,} LLM calls, "
+            f"prompt {self.prompt_tokens:,} tok, cached {self.cached_tokens:,}{extra})"
+        )
+
+
+@dataclass
+class Report:
+    """The most recent relQuery run and operator call (mutable: one per scope)."""
+
+    run: RunStats | None = None
+    op: OpStats | None = None
+
+
+_PROCESS_REPORT = Report()
+_report: ContextVar[Report] = ContextVar("semframe_report", default=_PROCESS_REPORT)
+
+
+def last_run() -> RunStats | None:
+    """Statistics of the most recent relQuery run (in this :func:`report_scope`).
+
+    Examples
+    --------
+    >>> import pandas as pd, semframe
+    >>> _ = pd.DataFrame({"t": ["a"]}).llm.map("Echo {t}", backend="fake")
+    >>> semframe.last_run().rows
+    1
+    """
+    return _report.get().run
+
+
+def last_op() -> OpStats | None:
+    """Statistics of the most recent operator call, all its relQueries.
+
+    Examples
+    --------
+    >>> import pandas as pd, semframe
+    >>> _ = pd.DataFrame({"t": ["a", "b"]}).llm.map("Echo {t}", backend="fake")
+    >>> semframe.last_op().llm_calls, semframe.last_op().relqueries
+    (2, 1)
+    """
+    return _report.get().op
+
+
+def record_run(stats: RunStats) -> None:
+    """Make ``stats`` what :func:`last_run` returns."""
+    _report.get().run = stats
+
+
+def record_op(
+    op: str, runs: Sequence[RunStats], *, detail: object = None, **counts: int
+) -> OpStats:
+    """Record the statistics of an operator call (see :func:`last_op`)."""
+    stats = OpStats(op, tuple(runs), dict(counts), detail)
+    _report.get().op = stats
+    return stats
+
+
+def reset_report() -> None:
+    """Forget the recorded statistics (of this scope)."""
+    report = _report.get()
+    report.run = report.op = None
+
+
+@contextlib.contextmanager
+def report_scope() -> Iterator[Report]:
+    """Record ``last_run()``/``last_op()`` of the calls inside the block apart from the rest.
+
+    Examples
+    --------
+    >>> import pandas as pd, semframe
+    >>> from semframe.runtime.stats import report_scope
+    >>> with report_scope() as report:
+    ...     _ = pd.DataFrame({"t": ["a", "b", "c"]}).llm.map("Echo {t}", backend="fake")
+    >>> report.run.rows
+    3
+    """
+    token = _report.set(Report())
+    try:
+        yield _report.get()
+    finally:
+        _report.reset(token)
