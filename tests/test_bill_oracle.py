@@ -1,0 +1,661 @@
+"""Hand-computed bills (``tests/oracle/bills.toml``) against the estimator and the emulator.
+
+The estimator and the provider emulator share semframe's caching rules, chat
+framing and price table, so agreeing with each other proves little. The fixture
+is an independent oracle: every bill in it is worked out by hand from the
+providers' published rules and prices (cited there), on token counts this module
+re-checks with tiktoken, OpenAI's own tokenizer. Each scenario is then
+
+- estimated (``df.llm.estimate``, the planned order's figures),
+- run against the emulator through the official SDK (``emu.ledger``,
+  ``semframe.last_run()``),
+
+and every figure is compared with the fixture: tokens exactly, dollars to 1e-9.
+Output tokens depend on the answer, so only input-side dollars are compared.
+
+Where semframe disagrees with a published rule the case is marked
+``xfail(strict=True)`` with the figures that differ; see ``_FRAMING`` below.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.resources
+import importlib.util
+import re
+import struct
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pandas as pd
+import pytest
+import tiktoken
+
+import semframe
+from semframe.testing.emulator import ProviderEmulator
+
+FIXTURE = Path(__file__).parent / "oracle" / "bills.toml"
+DATA: dict[str, Any] = tomllib.loads(FIXTURE.read_text("utf-8"))
+SCENARIOS: dict[str, dict[str, Any]] = {s["name"]: s for s in DATA["scenario"]}
+PRICES: dict[str, dict[str, Any]] = DATA["prices"]
+OPENAI_TOKENS: dict[str, Any] = DATA["token_model"]["openai"]
+ANTHROPIC_TOKENS: dict[str, Any] = DATA["token_model"]["anthropic"]
+KEY = "test-key"
+DOLLARS = 1e-9  # absolute tolerance on dollar figures
+PER = 1_000_000
+
+TOTALS = (
+    "prompt_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "uncached_input_dollars",
+    "cached_input_dollars",
+    "cache_write_dollars",
+    "input_dollars",
+)
+PER_REQUEST = {
+    "openai": ("prompt_tokens", "cached_tokens", "uncached_input_dollars", "cached_input_dollars"),
+    "anthropic": (
+        "prompt_tokens",
+        "cached_tokens",
+        "cache_write_5m_tokens",
+        "cache_write_1h_tokens",
+        "uncached_input_dollars",
+        "cached_input_dollars",
+        "cache_write_dollars",
+    ),
+}
+LAST_RUN = ("prompt_tokens", "cached_tokens", "cache_write_tokens")
+
+
+# ---------------------------------------------------------------- the fixture's text
+
+
+def _text(spec: Any) -> str:
+    """A fixture text spec: a string, ``{repeat, times}``, ``{word, times}`` or a list."""
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, list):
+        return "".join(_text(s) for s in spec)
+    if "repeat" in spec:
+        return str(spec["repeat"]) * int(spec["times"])
+    return " ".join([str(spec["word"])] * int(spec["times"]))
+
+
+def _template(s: Mapping[str, Any]) -> str:
+    return _text(s["template"])
+
+
+def _columns(s: Mapping[str, Any]) -> dict[str, list[str]]:
+    return {col: [_text(v) for v in values] for col, values in s["rows"].items()}
+
+
+def _frame(s: Mapping[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(_columns(s))
+
+
+def _head(s: Mapping[str, Any]) -> str:
+    """The instruction block as the fixture's layout says it is sent."""
+    return re.sub(r"\{(\w+)\}", r"[\1]", _template(s)).strip() + "\n\n"
+
+
+def _prompts(s: Mapping[str, Any]) -> list[str]:
+    """Every request's prompt, in execution order, rendered from the fixture's layout."""
+    cols = _columns(s)
+    head = _head(s)
+    return [
+        head + "".join(f"{f}: {cols[f][row]}\n" for f in s["field_order"]) for row in s["order"]
+    ]
+
+
+def _blocks(s: Mapping[str, Any], prompt: str) -> list[str]:
+    """Anthropic content blocks: split after the instructions when there is a breakpoint."""
+    if s["breakpoints"] == ["instructions"]:
+        head = _head(s)
+        assert prompt.startswith(head)
+        return [head, prompt[len(head) :]]
+    assert s["breakpoints"] == []
+    return [prompt]
+
+
+def _name(case: Mapping[str, Any]) -> str:
+    return str(case["name"])
+
+
+# ---------------------------------------------------------------- tiktoken, offline
+
+# tiktoken downloads OpenAI's o200k_base.tiktoken on first use. Offline, the file is
+# rebuilt byte for byte from the copy of its ranks shipped in quicktok-v1, checked
+# against the SHA-256 tiktoken itself pins for that file, and handed to tiktoken
+# through its own cache, so the encoder under test is tiktoken's, rules and all.
+_O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+_O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+
+def _o200k_file() -> bytes:
+    spec = importlib.util.find_spec("quicktok")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("quicktok-v1 (offline copy of the o200k_base ranks) is not installed")
+    data = (Path(next(iter(spec.submodule_search_locations))) / "data" / "o200k.vocab").read_bytes()
+    (count,) = struct.unpack_from("<I", data, 0)
+    offset = 4
+    ranked: list[tuple[int, bytes]] = []
+    for _ in range(count):
+        (length,) = struct.unpack_from("<H", data, offset)
+        token = data[offset + 2 : offset + 2 + length]
+        (rank,) = struct.unpack_from("<I", data, offset + 2 + length)
+        offset += 6 + length
+        ranked.append((rank, token))
+    ranked.sort()
+    return b"".join(base64.b64encode(tok) + b" %d\n" % rank for rank, tok in ranked)
+
+
+@pytest.fixture(scope="session")
+def o200k(tmp_path_factory: pytest.TempPathFactory) -> tiktoken.Encoding:
+    """tiktoken's own ``o200k_base`` encoding, loaded without network."""
+    contents = _o200k_file()
+    assert hashlib.sha256(contents).hexdigest() == _O200K_SHA256, "not OpenAI's o200k_base file"
+    cache = tmp_path_factory.mktemp("tiktoken")
+    (cache / hashlib.sha1(_O200K_URL.encode()).hexdigest()).write_bytes(contents)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+        return tiktoken.get_encoding("o200k_base")
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+# ---------------------------------------------------------------- the published rules
+
+
+@dataclass(frozen=True)
+class Bill:
+    """One request's input-side bill."""
+
+    prompt_tokens: int
+    cached_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    uncached_input_dollars: float = 0.0
+    cached_input_dollars: float = 0.0
+    cache_write_dollars: float = 0.0
+
+
+def _openai_bills(s: Mapping[str, Any], enc: tiktoken.Encoding) -> list[Bill]:
+    """OpenAI's published rules applied to the fixture's requests, one after another.
+
+    ``prompt_tokens`` = content + 3 per message + the role's tokens + 3 reply
+    priming (cookbook). A request is served the longest prefix an earlier request
+    shares with it, on the 1,024 + 128 k grid, and nothing below 1,024 tokens
+    (prompt caching guide); cached tokens are billed at the cached-input price, the
+    rest at the input price, and writes are free. Every pair of requests that
+    shares 1,024 tokens or more has the same ``prompt_cache_key`` and first 256
+    tokens in these scenarios (the fixture says why), so routing cannot split them.
+    """
+    price = PRICES[s["model"]]
+    minimum, step = price["min_cacheable_tokens"], price["cache_step_tokens"]
+    role = len(enc.encode("user"))
+    assert role == OPENAI_TOKENS["role_user"]
+    framing = OPENAI_TOKENS["per_message"] + role + OPENAI_TOKENS["reply_priming"]
+    contents = [enc.encode(p) for p in _prompts(s)]
+    bills = []
+    for i, toks in enumerate(contents):
+        prompt = len(toks) + framing
+        shared = max((_common(toks, contents[j]) for j in range(i)), default=None)
+        cached = 0
+        if shared is not None and prompt >= minimum:
+            reusable = min(OPENAI_TOKENS["tokens_before_content"] + shared, prompt)
+            if reusable >= minimum:
+                cached = minimum + (reusable - minimum) // step * step
+        bills.append(
+            Bill(
+                prompt,
+                cached,
+                uncached_input_dollars=(prompt - cached) * price["input"] / PER,
+                cached_input_dollars=cached * price["cached_input"] / PER,
+            )
+        )
+    return bills
+
+
+def _anthropic_bills(s: Mapping[str, Any], enc: tiktoken.Encoding) -> list[Bill]:
+    """Anthropic's published rules applied to the fixture's requests, one after another.
+
+    The prefix up to and including the ``cache_control`` block is cached when it
+    reaches the model's minimum; the first request writes it (1.25x input for 5
+    minutes, 2x for 1 hour), later requests with the identical prefix read it
+    (0.1x); ``input_tokens`` is everything after the breakpoint. Token counts use
+    the fixture's stated model: o200k counts, 3 tokens opening the message, 3
+    priming the reply.
+    """
+    price = PRICES[s["model"]]
+    ttl = s.get("cache_ttl", "5m")
+    stored: set[str] = set()
+    bills = []
+    for prompt in _prompts(s):
+        blocks = _blocks(s, prompt)
+        sizes = [len(enc.encode(b)) for b in blocks]
+        sizes[0] += ANTHROPIC_TOKENS["message_open"]
+        total = sum(sizes) + ANTHROPIC_TOKENS["reply_priming"]
+        read = write = 0
+        if s["breakpoints"] and sizes[0] >= price["min_cacheable_tokens"]:
+            if blocks[0] in stored:
+                read = sizes[0]
+            else:
+                write = sizes[0]
+                stored.add(blocks[0])
+        w5, w1 = (write, 0) if ttl == "5m" else (0, write)
+        bills.append(
+            Bill(
+                total,
+                read,
+                w5,
+                w1,
+                uncached_input_dollars=(total - read - write) * price["input"] / PER,
+                cached_input_dollars=read * price["cache_read"] / PER,
+                cache_write_dollars=(w5 * price["cache_write_5m"] + w1 * price["cache_write_1h"])
+                / PER,
+            )
+        )
+    return bills
+
+
+def _totals(bills: Sequence[Bill]) -> dict[str, float]:
+    out: dict[str, float] = {
+        "prompt_tokens": sum(b.prompt_tokens for b in bills),
+        "cached_tokens": sum(b.cached_tokens for b in bills),
+        "cache_write_tokens": sum(b.cache_write_5m_tokens + b.cache_write_1h_tokens for b in bills),
+        "uncached_input_dollars": sum(b.uncached_input_dollars for b in bills),
+        "cached_input_dollars": sum(b.cached_input_dollars for b in bills),
+        "cache_write_dollars": sum(b.cache_write_dollars for b in bills),
+    }
+    out["input_dollars"] = (
+        out["uncached_input_dollars"] + out["cached_input_dollars"] + out["cache_write_dollars"]
+    )
+    return out
+
+
+def _check(figure: str, got: Any, expected: Any) -> None:
+    if figure.endswith("_dollars"):
+        if isinstance(expected, list):
+            assert len(got) == len(expected), (got, expected)
+            for g, e in zip(got, expected, strict=True):
+                assert g == pytest.approx(e, rel=0, abs=DOLLARS), (got, expected)
+        else:
+            assert got == pytest.approx(expected, rel=0, abs=DOLLARS)
+    else:
+        assert got == expected
+
+
+# ---------------------------------------------------------------- the fixture itself
+
+
+@pytest.mark.parametrize("scenario", DATA["scenario"], ids=_name)
+def test_fixture_token_counts_are_tiktokens(
+    scenario: dict[str, Any], o200k: tiktoken.Encoding
+) -> None:
+    """The token counts written in the fixture are what tiktoken counts."""
+    prompts = _prompts(scenario)
+    assert len(o200k.encode(_head(scenario))) == scenario["instruction_tokens"]
+    contents = [o200k.encode(p) for p in prompts]
+    assert [len(c) for c in contents] == [scenario["content_tokens"]] * len(prompts)
+    # Pieces tokenize as the whole: the instruction block never merges with a field.
+    for p, toks in zip(prompts, contents, strict=True):
+        rest = p[len(_head(scenario)) :]
+        assert len(toks) == scenario["instruction_tokens"] + len(o200k.encode(rest))
+    if scenario["provider"] == "openai":
+        shared = [
+            max(_common(contents[i], contents[j]) for j in range(i))
+            for i in range(1, len(contents))
+        ]
+        # the shared length the arithmetic uses is the one most requests see
+        assert max(shared) == scenario["shared_content_tokens"]
+    else:
+        for p in prompts:
+            sizes = [len(o200k.encode(b)) for b in _blocks(scenario, p)]
+            sizes[0] += ANTHROPIC_TOKENS["message_open"]
+            assert sizes == scenario["blocks"]
+
+
+@pytest.mark.parametrize("scenario", DATA["scenario"], ids=_name)
+def test_fixture_arithmetic_follows_the_published_rules(
+    scenario: dict[str, Any], o200k: tiktoken.Encoding
+) -> None:
+    """Recomputing each bill from the published rules gives the hand-written figures."""
+    rules = _openai_bills if scenario["provider"] == "openai" else _anthropic_bills
+    bills = rules(scenario, o200k)
+    requests = scenario["requests"]
+    assert [r["row"] for r in requests] == scenario["order"]
+    for bill, written in zip(bills, requests, strict=True):
+        for figure in PER_REQUEST[scenario["provider"]]:
+            _check(figure, getattr(bill, figure), written[figure])
+    for figure, value in _totals(bills).items():
+        _check(figure, value, scenario["totals"][figure])
+    # the totals are the sums of the requests
+    for figure in PER_REQUEST[scenario["provider"]]:
+        if figure in scenario["totals"]:
+            _check(figure, sum(r[figure] for r in requests), scenario["totals"][figure])
+
+
+def test_published_chat_framing_reproduces_the_cookbook_count(o200k: tiktoken.Encoding) -> None:
+    """The cookbook's formula, with tiktoken, gives the 124 tokens the API reported."""
+    example = DATA["cookbook_example"]
+    n = 0
+    for message in example["messages"]:
+        n += OPENAI_TOKENS["per_message"]
+        for key, value in message.items():
+            n += len(o200k.encode(value))
+            if key == "name":
+                n += 1  # tokens_per_name
+    n += OPENAI_TOKENS["reply_priming"]
+    assert n == example["api_prompt_tokens"] == 124
+
+
+def test_published_anthropic_prices_follow_the_published_multipliers() -> None:
+    for model, price in PRICES.items():
+        if price["provider"] != "anthropic":
+            continue
+        assert price["cache_write_5m"] == pytest.approx(1.25 * price["input"]), model
+        assert price["cache_write_1h"] == pytest.approx(2.0 * price["input"]), model
+        assert price["cache_read"] == pytest.approx(0.1 * price["input"]), model
+
+
+# ---------------------------------------------------------------- semframe's price table
+
+
+def _shipped_prices() -> tuple[dict[str, Any], dict[str, Any]]:
+    text = importlib.resources.files("semframe").joinpath("data/prices.toml").read_text("utf-8")
+    doc = tomllib.loads(text)
+    return doc.get("defaults", {}), doc["prices"]
+
+
+_PRICE_FIELDS = {
+    "openai": ("input", "cached_input", "output", "min_cacheable_tokens", "cache_step_tokens"),
+    "anthropic": (
+        "input",
+        "cache_write_5m",
+        "cache_write_1h",
+        "cache_read",
+        "output",
+        "min_cacheable_tokens",
+    ),
+}
+_PRICE_CASES = [
+    pytest.param(model, field, id=f"{model}-{field}")
+    for model, price in PRICES.items()
+    for field in _PRICE_FIELDS[price["provider"]]
+]
+
+
+@pytest.mark.parametrize(("model", "field"), _PRICE_CASES)
+def test_price_table_matches_the_published_price(model: str, field: str) -> None:
+    """``semframe/data/prices.toml`` holds the published figure (defaults included)."""
+    defaults, table = _shipped_prices()
+    assert model in table
+    shipped = {**defaults.get(table[model]["provider"], {}), **table[model]}
+    assert shipped["provider"] == PRICES[model]["provider"]
+    assert shipped[field] == PRICES[model][field]
+
+
+# ---------------------------------------------------------------- semframe's side
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What semframe said (estimate) and billed (emulator) for one scenario."""
+
+    estimate: Any
+    entries: list[Any]
+    ledger: Any
+    last_run: Any
+
+
+_OUTCOMES: dict[str, Outcome] = {}
+
+
+def _settings(s: Mapping[str, Any]) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "backend": s["provider"],
+        "model": s["model"],
+        "reorder": s["reorder"],
+        "max_concurrency": s["max_concurrency"],
+        "max_tokens": s["max_tokens"],
+        "cache": False,
+    }
+    if "cache_ttl" in s:
+        settings["cache_ttl"] = s["cache_ttl"]
+    return settings
+
+
+def _outcome(name: str, monkeypatch: pytest.MonkeyPatch) -> Outcome:
+    """Estimate and run scenario ``name`` once per test session (results are reused)."""
+    found = _OUTCOMES.get(name)
+    if found is not None:
+        return found
+    s = SCENARIOS[name]
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    df, template, settings = _frame(s), _template(s), _settings(s)
+    estimate = df.llm.estimate(template, op=s["op"], **settings)
+    with ProviderEmulator() as emu:
+        url = emu.openai_url if s["provider"] == "openai" else emu.anthropic_url
+        getattr(df.llm, s["op"])(template, base_url=url, **settings)
+        outcome = Outcome(estimate, emu.ledger.entries(), emu.ledger.totals(), semframe.last_run())
+    _OUTCOMES[name] = outcome
+    return outcome
+
+
+def _estimated(figures: Any, figure: str) -> Any:
+    cost = figures.cost
+    return {
+        "prompt_tokens": figures.input_tokens,
+        "cached_tokens": figures.cached_tokens,
+        "cache_write_tokens": figures.cache_write_tokens,
+        "uncached_input_dollars": cost.uncached_input,
+        "cached_input_dollars": cost.cached_input,
+        "cache_write_dollars": cost.cache_writes,
+        "input_dollars": cost.uncached_input + cost.cached_input + cost.cache_writes,
+    }[figure]
+
+
+def _billed_total(o: Outcome, figure: str) -> Any:
+    t = o.ledger
+    return {
+        "prompt_tokens": t.prompt_tokens,
+        "cached_tokens": t.cached_tokens,
+        "cache_write_tokens": t.cache_write_tokens,
+        "uncached_input_dollars": t.cost.uncached_input,
+        "cached_input_dollars": t.cost.cached_input,
+        "cache_write_dollars": t.cost.cache_writes,
+        "input_dollars": t.cost.uncached_input + t.cost.cached_input + t.cost.cache_writes,
+    }[figure]
+
+
+_PER_ENTRY: dict[str, Callable[[Any], Any]] = {
+    "prompt_tokens": lambda e: e.prompt_tokens,
+    "cached_tokens": lambda e: e.cached_tokens,
+    "cache_write_5m_tokens": lambda e: e.cache_write_5m_tokens,
+    "cache_write_1h_tokens": lambda e: e.cache_write_1h_tokens,
+    "uncached_input_dollars": lambda e: e.cost.uncached_input,
+    "cached_input_dollars": lambda e: e.cost.cached_input,
+    "cache_write_dollars": lambda e: e.cost.cache_writes,
+}
+
+
+# ---------------------------------------------------------------- known disagreements
+
+# OpenAI's cookbook counts a chat message as 3 tokens plus the tokens of its role
+# ("user": 1) plus its content, and every reply primed with 3: one user message is
+# content + 7 (and reproduces the API's own count, see
+# test_published_chat_framing_reproduces_the_cookbook_count). semframe's chat framing
+# (shared by the estimator and the emulator) counts 3 per message with the role
+# inside them: content + 6. Every OpenAI request is therefore billed 1 prompt token
+# short, at the uncached-input price. Cached tokens agree (the shared prefix is the
+# same 3 tokens + the shared content either way).
+_FRAMING = ("prompt_tokens", "uncached_input_dollars", "input_dollars")
+
+
+def _framing_reason(s: Mapping[str, Any], figure: str, where: str) -> str:
+    """The xfail reason: expected vs semframe's figure, and why they differ."""
+    short: float = 1 if figure == "prompt_tokens" else PRICES[s["model"]]["input"] / PER
+    if where == "request":
+        expected = [r[figure] for r in s["requests"]]
+        got = [e - short for e in expected]
+        shown = f"expected {_fmt(expected)} per request, semframe gives {_fmt(got)}"
+    else:
+        total = s["totals"][figure]
+        shown = f"expected {_fmt(total)}, semframe gives {_fmt(total - short * len(s['order']))}"
+    return (
+        f"{figure}: {shown}. OpenAI's cookbook counts one user message as content + 7 "
+        f"tokens (3 per message + 1 for the role 'user' + 3 reply priming); semframe's chat "
+        f"framing (emulator and estimator) counts content + 6: 1 uncached token short per request"
+    )
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    return f"{value:,}" if isinstance(value, int) else f"{value:.10g}"
+
+
+def _marks(s: Mapping[str, Any], figure: str, where: str) -> list[pytest.MarkDecorator]:
+    if s["provider"] != "openai" or figure not in _FRAMING:
+        return []
+    return [pytest.mark.xfail(strict=True, reason=_framing_reason(s, figure, where))]
+
+
+def _cases(where: str, figures: Callable[[Mapping[str, Any]], Sequence[str]]) -> list[Any]:
+    return [
+        pytest.param(s["name"], figure, marks=_marks(s, figure, where), id=f"{s['name']}-{figure}")
+        for s in DATA["scenario"]
+        for figure in figures(s)
+    ]
+
+
+_ESTIMATE_CASES = _cases("total", lambda s: TOTALS)
+_ORIGINAL_CASES = [
+    pytest.param(
+        s["name"],
+        figure,
+        marks=_marks(SCENARIOS[s["original"]], figure, "total"),
+        id=f"{s['name']}-original-{figure}",
+    )
+    for s in DATA["scenario"]
+    if "original" in s
+    for figure in TOTALS
+]
+_BILL_CASES = _cases("total", lambda s: TOTALS)
+_REQUEST_CASES = _cases("request", lambda s: PER_REQUEST[s["provider"]])
+_LAST_RUN_CASES = _cases("total", lambda s: LAST_RUN)
+
+
+# ---------------------------------------------------------------- layout, then figures
+
+
+@pytest.mark.parametrize("scenario", DATA["scenario"], ids=_name)
+def test_fixture_prompts_are_what_semframe_sends(scenario: dict[str, Any]) -> None:
+    """The fixture's rendered prompts, order and field order are semframe's plan."""
+    df = _frame(scenario)
+    plan = df.llm.plan(
+        _template(scenario),
+        op=scenario["op"],
+        backend=scenario["provider"],
+        model=scenario["model"],
+        reorder=scenario["reorder"],
+    )
+    assert [r.row for r in plan.requests] == scenario["order"]
+    assert [r.prompt for r in plan.requests] == _prompts(scenario)
+    assert all(r.system is None for r in plan.requests)
+
+
+@pytest.mark.parametrize(("name", "figure"), _ESTIMATE_CASES)
+def test_estimator_reproduces_the_hand_computed_bill(
+    name: str, figure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    est = _outcome(name, monkeypatch).estimate
+    assert est.requests == len(SCENARIOS[name]["order"])
+    _check(figure, _estimated(est.planned, figure), SCENARIOS[name]["totals"][figure])
+
+
+@pytest.mark.parametrize("scenario", DATA["scenario"], ids=_name)
+def test_estimate_flags_the_approximate_claude_counts(
+    scenario: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenAI counts are exact (o200k is its tokenizer); Claude counts are flagged approximate."""
+    est = _outcome(scenario["name"], monkeypatch).estimate
+    assert est.exact_tokens is (scenario["provider"] == "openai")
+
+
+@pytest.mark.parametrize(("name", "figure"), _ORIGINAL_CASES)
+def test_estimate_of_the_original_order_reproduces_its_bill(
+    name: str, figure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``est.original`` of a reordered call is the bill of the unreordered scenario."""
+    est = _outcome(name, monkeypatch).estimate
+    original = SCENARIOS[SCENARIOS[name]["original"]]
+    _check(figure, _estimated(est.original, figure), original["totals"][figure])
+
+
+@pytest.mark.parametrize(("name", "figure"), _BILL_CASES)
+def test_emulator_bill_reproduces_the_hand_computed_bill(
+    name: str, figure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    o = _outcome(name, monkeypatch)
+    assert o.ledger.requests == len(SCENARIOS[name]["order"])
+    assert o.ledger.failed == 0
+    _check(figure, _billed_total(o, figure), SCENARIOS[name]["totals"][figure])
+
+
+@pytest.mark.parametrize(("name", "figure"), _REQUEST_CASES)
+def test_emulator_bills_each_request_as_computed_by_hand(
+    name: str, figure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    o = _outcome(name, monkeypatch)
+    expected = [r[figure] for r in SCENARIOS[name]["requests"]]
+    _check(figure, [_PER_ENTRY[figure](e) for e in o.entries], expected)
+
+
+@pytest.mark.parametrize(("name", "figure"), _LAST_RUN_CASES)
+def test_last_run_reports_the_hand_computed_tokens(
+    name: str, figure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _outcome(name, monkeypatch).last_run
+    assert run is not None
+    assert run.requests == len(SCENARIOS[name]["order"])
+    assert run.errors == 0
+    _check(figure, getattr(run, figure), SCENARIOS[name]["totals"][figure])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "prompt_tokens: expected 124 (what the OpenAI API reported for the cookbook's "
+        "example messages on gpt-4o-mini), the emulator reports 104: its framing counts "
+        "neither the role of each message (6 x 1 token) nor the 'name' fields "
+        "(tokens_per_name + the name's tokens: 14 in all)"
+    ),
+)
+def test_emulator_counts_the_cookbook_example_as_the_api_did(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    example = DATA["cookbook_example"]
+    with (
+        ProviderEmulator() as emu,
+        openai.OpenAI(base_url=emu.openai_url, api_key=KEY, max_retries=0) as client,
+    ):
+        r = client.chat.completions.create(
+            model=example["model"], messages=example["messages"], max_tokens=1, temperature=0
+        )
+    assert r.usage is not None
+    assert r.usage.prompt_tokens == example["api_prompt_tokens"]
