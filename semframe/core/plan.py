@@ -10,6 +10,7 @@ the same plan, so the two cannot disagree about what is sent.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from array import array
@@ -66,6 +67,11 @@ class RelQuery:
     def fields(self) -> tuple[str, ...]:
         """The columns each prompt carries."""
         return self.template.fields
+
+    @functools.cached_property
+    def instructions(self) -> str:
+        """The shared instruction block (:func:`render_instructions`), rendered once."""
+        return render_instructions(self)
 
 
 def render_instructions(rq: RelQuery) -> str:
@@ -255,7 +261,7 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     [('Summarize [review] of [movie].', 2), ('movie: Alien', 2)]
     """
     ordering.validate(rq.table.n_rows, rq.fields)
-    instructions = render_instructions(rq)
+    instructions = rq.instructions
     check_sendable(rq, instructions)
     head = instructions + "\n\n"
     cells = rq.table.cells
@@ -352,7 +358,7 @@ def fingerprint(rq: RelQuery, reorder: str) -> str:
         rq.output.kind,
         reorder,
         list(rq.fields),
-        render_instructions(rq),
+        rq.instructions,
         rq.system,
         None if schema is None else json.dumps(schema, sort_keys=True),
         rq.max_tokens,
@@ -374,7 +380,7 @@ def validate(rq: RelQuery) -> None:
     Renders the instructions (which checks the examples) and checks that all
     text is valid Unicode (:func:`check_sendable`).
     """
-    check_sendable(rq, render_instructions(rq))
+    check_sendable(rq, rq.instructions)
 
 
 def check_sendable(rq: RelQuery, instructions: str) -> None:

@@ -11,7 +11,6 @@ the row-by-row ones (``agg``, ``topk``, ``join``) use the same steps.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from semframe.backends import get_backend
@@ -22,7 +21,6 @@ from semframe.core.plan import RelQuery, validate
 from semframe.core.table import Table
 from semframe.core.template import compile_template
 from semframe.core.wire import Outcome
-from semframe.cost.budget import Budget, parse_budget
 from semframe.errors import InputError, RowError, RowErrors
 from semframe.runtime.call import Call, Recipe
 
@@ -32,7 +30,6 @@ __all__ = [
     "LOGPROB_BACKENDS",
     "TOP_LOGPROBS",
     "TRUNCATION_MARK",
-    "RunOptions",
     "apply_truncate",
     "check_error_column",
     "check_logprobs",
@@ -42,7 +39,6 @@ __all__ = [
     "compile_relquery",
     "describe",
     "finish",
-    "pop_run_options",
     "row_errors",
 ]
 
@@ -144,11 +140,16 @@ def compile_relquery(
     system: str | None = None,
     examples: Sequence[Mapping[str, object]] | None = None,
     truncate: int | Mapping[str, int] | None = None,
+    new_columns: Sequence[str] = (),
+    what: str = "out",
+    error_column: str | None = None,
 ) -> Call:
     """Validate a row-by-row call (one request per row); sends nothing.
 
     The call's plan is built on first use of ``call.plan`` (a call served
-    whole from the result cache is never ordered or rendered).
+    whole from the result cache is never ordered or rendered). The columns
+    the result will add are checked too: ``new_columns`` (named ``what`` in
+    messages) must not exist, nor ``error_column`` with ``errors="keep"``.
 
     Raises
     ------
@@ -169,6 +170,9 @@ def compile_relquery(
         temperature=settings["temperature"],
     )
     validate(rq)
+    check_new_columns(frame, new_columns, what)
+    if error_column is not None:
+        check_error_column(frame, settings, error_column)
     return Call(frame.labels, settings, Recipe(rq, settings["reorder"]))
 
 
@@ -262,46 +266,3 @@ def check_logprobs(settings: Mapping[str, Any], what: str) -> None:
             f"{', '.join(LOGPROB_BACKENDS)}."
         )
         raise InputError(msg)
-
-
-RUN_OPTIONS = ("estimate", "dry_run", "budget", "probe")
-"""Keyword arguments every operator takes besides its settings."""
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What a call should do besides running: estimate only, budget, probe rows."""
-
-    dry_run: bool = False
-    budget: Budget | None = None
-    probe: int = 0
-
-
-def pop_run_options(kwargs: dict[str, Any]) -> RunOptions:
-    """Take ``estimate``/``dry_run``, ``budget`` and ``probe`` out of ``kwargs``; validate them.
-
-    Examples
-    --------
-    >>> kw = {"dry_run": True, "budget": "10k tokens", "model": "m"}
-    >>> pop_run_options(kw), kw
-    (RunOptions(dry_run=True, budget=Budget(tokens=10000), probe=0), {'model': 'm'})
-    """
-    flags = {}
-    for name in ("estimate", "dry_run"):
-        value = kwargs.pop(name, False)
-        if not isinstance(value, bool):
-            msg = f"{name} must be True or False, got {value!r}."
-            raise InputError(msg)
-        flags[name] = value
-    budget = kwargs.pop("budget", None)
-    probe = kwargs.pop("probe", 0)
-    if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
-        msg = (
-            f"probe must be a number of rows >= 0 (sent to measure answer lengths), got {probe!r}."
-        )
-        raise InputError(msg)
-    return RunOptions(
-        flags["estimate"] or flags["dry_run"],
-        None if budget is None else parse_budget(budget),
-        probe,
-    )

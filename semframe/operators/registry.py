@@ -36,14 +36,15 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from semframe.core.frames import Frame, Output
+from semframe.cost.budget import Budget, parse_budget
 from semframe.cost.estimate import Estimate
 from semframe.errors import InputError, RowErrors, did_you_mean
 from semframe.operators.agg import AGG
 from semframe.operators.cascade import CascadeOperator
-from semframe.operators.common import pop_run_options
 from semframe.operators.join import JOIN
 from semframe.operators.rowwise import CLASSIFY, EXTRACT, FILTER, MAP
 from semframe.operators.topk import TOPK
@@ -53,10 +54,12 @@ from semframe.runtime.guard import BudgetGuard, check_estimate
 __all__ = [
     "OPERATORS",
     "Operator",
+    "RunOptions",
     "estimate",
     "get_operator",
     "invoke",
     "plan",
+    "pop_run_options",
     "register_operator",
 ]
 
@@ -145,6 +148,49 @@ def get_operator(name: str) -> Operator:
         )
         raise InputError(msg)
     return op
+
+
+RUN_OPTIONS = ("estimate", "dry_run", "budget", "probe")
+"""Keyword arguments every operator takes besides its settings."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a call should do besides running: estimate only, budget, probe rows."""
+
+    dry_run: bool = False
+    budget: Budget | None = None
+    probe: int = 0
+
+
+def pop_run_options(kwargs: dict[str, Any]) -> RunOptions:
+    """Take ``estimate``/``dry_run``, ``budget`` and ``probe`` out of ``kwargs``; validate them.
+
+    Examples
+    --------
+    >>> kw = {"dry_run": True, "budget": "10k tokens", "model": "m"}
+    >>> pop_run_options(kw), kw
+    (RunOptions(dry_run=True, budget=Budget(tokens=10000), probe=0), {'model': 'm'})
+    """
+    flags = {}
+    for name in ("estimate", "dry_run"):
+        value = kwargs.pop(name, False)
+        if not isinstance(value, bool):
+            msg = f"{name} must be True or False, got {value!r}."
+            raise InputError(msg)
+        flags[name] = value
+    budget = kwargs.pop("budget", None)
+    probe = kwargs.pop("probe", 0)
+    if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
+        msg = (
+            f"probe must be a number of rows >= 0 (sent to measure answer lengths), got {probe!r}."
+        )
+        raise InputError(msg)
+    return RunOptions(
+        flags["estimate"] or flags["dry_run"],
+        None if budget is None else parse_budget(budget),
+        probe,
+    )
 
 
 def _required(op: Operator, kwargs: dict[str, Any]) -> None:

@@ -21,9 +21,7 @@ from semframe.cost.estimate import Estimate
 from semframe.errors import InputError, RowErrors
 from semframe.operators.common import (
     TOP_LOGPROBS,
-    check_error_column,
     check_logprobs,
-    check_new_columns,
     compile_relquery,
     describe,
     finish,
@@ -117,9 +115,16 @@ class Map(_Rowwise):
         self, frame: Frame, template: str, *, out: str = "llm_output", **kwargs: Any
     ) -> RowwiseCall:
         args, cfg = _split(kwargs)
-        call = compile_relquery(frame, template, op="map", output=TEXT, settings=cfg, **args)
-        check_new_columns(frame, [out])
-        check_error_column(frame, cfg, f"{out}_error")
+        call = compile_relquery(
+            frame,
+            template,
+            op="map",
+            output=TEXT,
+            settings=cfg,
+            new_columns=[out],
+            error_column=f"{out}_error",
+            **args,
+        )
         return RowwiseCall(frame, call, out)
 
     def output(
@@ -168,9 +173,17 @@ class Extract(_Rowwise):
     def compile(self, frame: Frame, template: str, *, schema: object, **kwargs: Any) -> RowwiseCall:
         spec, fields = record_spec(schema)
         args, cfg = _split(kwargs)
-        call = compile_relquery(frame, template, op="extract", output=spec, settings=cfg, **args)
-        check_new_columns(frame, [f.name for f in fields], "schema field")
-        check_error_column(frame, cfg, "llm_error")
+        call = compile_relquery(
+            frame,
+            template,
+            op="extract",
+            output=spec,
+            settings=cfg,
+            new_columns=[f.name for f in fields],
+            what="schema field",
+            error_column="llm_error",
+            **args,
+        )
         return RowwiseCall(frame, call, fields=fields)
 
     def output(
@@ -211,14 +224,19 @@ class Classify(_Rowwise):
             raise InputError(msg)
         spec = label_spec(labels, multi=multi)
         args, cfg = _split(kwargs)
-        call = compile_relquery(frame, template, op="classify", output=spec, settings=cfg, **args)
-        check_new_columns(frame, [out])
-        names: tuple[str, ...] = ()
+        names = tuple(cast("Sequence[str]", labels)) if confidence else ()
+        call = compile_relquery(
+            frame,
+            template,
+            op="classify",
+            output=spec,
+            settings=cfg,
+            new_columns=[out, *(confidence_columns(out, names, multi) if confidence else ())],
+            error_column=f"{out}_error",
+            **args,
+        )
         if confidence:
-            names = tuple(cast("Sequence[str]", labels))
-            check_new_columns(frame, confidence_columns(out, names, multi))
             call = with_logprobs(call, TOP_LOGPROBS)
-        check_error_column(frame, cfg, f"{out}_error")
         return RowwiseCall(frame, call, out, confidence=names)
 
     def run(self, compiled: RowwiseCall, runner: Runner) -> Output:

@@ -10,7 +10,7 @@ tokenizer, in tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,6 +43,12 @@ class Encoded:
         The sorted distinct values of each column.
     lengths : tuple of ndarray of int64
         ``lengths[j][k]`` is the length of ``values[j][k]`` (characters or tokens).
+    n_columns : int
+        Number of columns (derived).
+    cardinalities : tuple of int
+        Distinct values per column (derived).
+    value_counts : tuple of ndarray of int64
+        ``value_counts[j][k]``: how many rows hold ``values[j][k]`` (derived).
     """
 
     columns: tuple[str, ...]
@@ -50,19 +56,27 @@ class Encoded:
     codes: IntArray
     values: tuple[tuple[str, ...], ...]
     lengths: tuple[IntArray, ...]
+    n_columns: int = field(init=False)
+    cardinalities: tuple[int, ...] = field(init=False)
+    value_counts: tuple[IntArray, ...] = field(init=False, repr=False)
 
-    @property
-    def n_columns(self) -> int:
-        """Number of columns."""
-        return len(self.columns)
+    def __post_init__(self) -> None:
+        # Derived once: the solvers read them in their inner loops.
+        object.__setattr__(self, "n_columns", len(self.columns))
+        object.__setattr__(self, "cardinalities", tuple(len(v) for v in self.values))
+        counts = tuple(
+            np.bincount(self.codes[j], minlength=len(v)).astype(np.int64)
+            for j, v in enumerate(self.values)
+        )
+        object.__setattr__(self, "value_counts", counts)
 
     def cardinality(self, j: int) -> int:
         """Number of distinct values of column ``j``."""
-        return len(self.values[j])
+        return self.cardinalities[j]
 
     def counts(self, j: int) -> IntArray:
         """How many rows hold each distinct value of column ``j``."""
-        return np.bincount(self.codes[j], minlength=len(self.values[j])).astype(np.int64)
+        return self.value_counts[j]
 
 
 def _factorize(values: Sequence[str]) -> tuple[tuple[str, ...], IntArray]:

@@ -29,7 +29,7 @@ def fd_pairs(enc: Encoded, columns: Sequence[int] | None = None) -> list[tuple[i
     out: list[tuple[int, int]] = []
     if len(cols) < 2:
         return out
-    cards = [enc.cardinality(j) for j in range(enc.n_columns)]
+    cards = list(enc.cardinalities)
     for a in cols:
         targets = [b for b in cols if b != a and cards[b] <= cards[a]]
         if not targets:
@@ -49,7 +49,7 @@ def fd_pairs(enc: Encoded, columns: Sequence[int] | None = None) -> list[tuple[i
 
 def dependent_codes(enc: Encoded, a: int, b: int) -> IntArray:
     """For an FD ``a -> b``: the code of ``b`` fixed by each code of ``a``."""
-    dep = np.zeros(enc.cardinality(a), dtype=np.int64)
+    dep = np.zeros(enc.cardinalities[a], dtype=np.int64)
     dep[enc.codes[a]] = enc.codes[b]
     return dep
 

@@ -110,7 +110,9 @@ def _layout(enc: Encoded, high_cardinality: float | None) -> _Layout:
     tail: tuple[int, ...] = ()
     if high_cardinality is not None:
         tail = tuple(
-            j for j in rank if enc.cardinality(j) > 1 and enc.cardinality(j) > high_cardinality * n
+            j
+            for j in rank
+            if enc.cardinalities[j] > 1 and enc.cardinalities[j] > high_cardinality * n
         )
     return _Layout(rank, tuple(j for j in rank if j not in tail), tail)
 
@@ -136,7 +138,7 @@ class _Solver:
         self.lookahead_cells = lookahead_cells
         m = enc.n_columns
         rank = layout.rank
-        cards = [enc.cardinality(j) for j in range(m)]
+        cards = list(enc.cardinalities)
         self.rank = layout.rank
         self.tail = layout.tail
         self.rec = layout.rec

@@ -30,7 +30,7 @@ def column_scores(enc: Encoded) -> FloatArray:
     """
     out = np.zeros(enc.n_columns, dtype=np.float64)
     for j in range(enc.n_columns):
-        counts = enc.counts(j)
+        counts = enc.value_counts[j]
         lengths = enc.lengths[j].astype(np.float64)
         out[j] = float(np.dot(lengths * lengths, np.maximum(counts - 1, 0)))
     return out

@@ -204,9 +204,11 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
     cfg = call.settings
     backend = backend_of(cfg)
     cache = _open(cfg)
+    fp = call.fingerprint if cache is not None else None
+    key = None if fp is None else call_key(backend, fp)
     try:
-        if cache is not None:
-            replayed = replay(call, backend, cache)
+        if cache is not None and key is not None:
+            replayed = replay(call, backend, cache, key)
             if replayed is not None:
                 return replayed
         check_context(call, backend)
@@ -238,32 +240,31 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
                 cache=cache,
                 cache_keys=keys,
             )
-        if cache is not None and keys is not None and call.fingerprint is not None:
-            by_row = plan.restore(keys)
-            info = {"expected_hit_rate": plan.expected_hit_rate, "batch": stats.batch}
-            cache.put_call(call_key(backend, call.fingerprint), by_row, info)
+        if cache is not None and keys is not None and key is not None:
+            by_row = plan.ordering.restore(keys)
+            info = {"expected_hit_rate": stats.expected_hit_rate, "batch": stats.batch}
+            cache.put_call(key, by_row, info)
     finally:
         if cache is not None:
             cache.close()
-    return plan.restore(outcomes), stats
+    return plan.ordering.restore(outcomes), stats
 
 
 def replay(
-    call: Call, backend: Backend, cache: ResultCache
+    call: Call, backend: Backend, cache: ResultCache, key: str
 ) -> tuple[list[Outcome], RunStats] | None:
     """Serve a call whole from ``cache``, without planning it; ``None`` when it cannot be.
 
-    It can be when the cache indexes the call (its backend and
-    :attr:`Call.fingerprint`) and holds a parsable answer for every row: each
-    row gets its stored answer, nothing is sent, and the statistics count every
-    row as a cache hit with the usage (and dollars) it was first paid for.
+    It can be when the cache indexes the call under ``key`` (its backend and
+    :attr:`Call.fingerprint`, :func:`~semframe.cache.keys.call_key`) and holds
+    a parsable answer for every row: each row gets its stored answer, nothing
+    is sent, and the statistics count every row as a cache hit with the usage
+    (and dollars) it was first paid for.
     """
-    fp = call.fingerprint
     source = call.source
-    if fp is None or not isinstance(source, Recipe):
+    if not isinstance(source, Recipe):
         return None
     start = time.monotonic()
-    key = call_key(backend, fp)
     rq = source.relquery
     n = rq.table.n_rows
     outcomes: list[Outcome | None] = [None] * n

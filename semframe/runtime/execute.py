@@ -470,9 +470,11 @@ def serve_from_cache(
         served = Served(0, Usage(), [])
     totals.cache_hits = totals.done = served.rows
     totals.saved = served.usage
-    with contextlib.suppress(sqlite3.Error):
-        cache.touch(dict.fromkeys(served.stale))
-        cache.count_hits(backend.name, backend.model, served.rows)
+    if served.rows:
+        with contextlib.suppress(sqlite3.Error):
+            if served.stale:
+                cache.touch(dict.fromkeys(served.stale))
+            cache.count_hits(backend.name, backend.model, served.rows)
     known = keys
 
     def keep(request: Request, completion: Completion) -> None:
