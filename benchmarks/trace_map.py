@@ -7,7 +7,9 @@ from a function of one semframe module into a function of another (a
 it). Each module belongs to a layer (the package it sits in); the layers are
 ordered from the caller's edge down to the plain data:
 
-    api > operators > runtime > cache > backends > cost > serving > reorder > core > base
+    api > operators > runtime > cache > backends > config > cost > serving > reorder > core > base
+
+(the same order ``tests/test_layers.py`` holds the imports to).
 
 A call *re-enters* a layer when it goes into a layer that an outer frame of
 the same call stack has already left for a lower one (operators -> runtime ->
@@ -44,6 +46,7 @@ LAYERS = [
     "runtime",
     "cache",
     "backends",
+    "config",
     "cost",
     "serving",
     "reorder",
@@ -51,7 +54,14 @@ LAYERS = [
     "base",
 ]
 """Layers from the caller's edge down; a module's layer is the package it sits in."""
-TOP_LEVEL = {"__init__": "api", "accessor": "api", "cli": "api", "config": "base", "errors": "base"}
+TOP_LEVEL = {
+    "__init__": "api",
+    "accessor": "api",
+    "cli": "api",
+    "config": "config",
+    "errors": "base",
+    "_version": "base",
+}
 TEMPLATE = "Summarize the review {review} of {movie} in one sentence."
 
 

@@ -23,9 +23,21 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from semframe.core.paths import cache_dir
 from semframe.cost.pricing import load_prices
 from semframe.errors import ConfigError, did_you_mean, format_choices
 from semframe.reorder import METHODS
+
+__all__ = [
+    "SETTINGS",
+    "ResolvedConfig",
+    "Setting",
+    "cache_dir",
+    "config",
+    "configure",
+    "reset_settings",
+    "using",
+]
 
 
 def _choice(*valid: str) -> Callable[[object], str]:
@@ -490,21 +502,3 @@ def config(**overrides: Any) -> ResolvedConfig:
             values[key] = setting.default
             sources[key] = "default"
     return ResolvedConfig(values, sources)
-
-
-def cache_dir(configured: str | os.PathLike[str] | None = None) -> Path:
-    """The cache directory, which is not created here.
-
-    ``configured`` when given, else ``$XDG_CACHE_HOME/semframe``, else
-    ``~/.cache/semframe``.
-
-    Examples
-    --------
-    >>> cache_dir("/tmp/sf").as_posix()
-    '/tmp/sf'
-    """
-    if configured:
-        return Path(configured).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "semframe"

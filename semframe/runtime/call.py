@@ -18,7 +18,7 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from semframe import reorder
 from semframe.backends import Backend, get_backend
@@ -241,7 +241,8 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
                 cache_keys=keys,
             )
         if cache is not None and keys is not None and key is not None:
-            by_row = plan.ordering.restore(keys)
+            # A call with a fingerprint is deterministic: every request has a key.
+            by_row = cast("list[str]", plan.ordering.restore(keys))
             info = {"expected_hit_rate": stats.expected_hit_rate, "batch": stats.batch}
             cache.put_call(key, by_row, info)
     finally:

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from semframe.config import cache_dir
+from semframe.core.paths import cache_dir
 from semframe.errors import ConfigError, MissingDependencyError
 
 KNOWN: dict[str, tuple[str, str]] = {
