@@ -444,6 +444,15 @@ class ResolvedConfig(dict[str, Any]):
     clear = pop = popitem = setdefault = update = _read_only
     __ior__ = _read_only
 
+    def __copy__(self) -> ResolvedConfig:
+        return self  # read-only: a copy would be the same
+
+    def __deepcopy__(self, memo: dict[int, object]) -> ResolvedConfig:
+        return self
+
+    def __reduce__(self) -> tuple[type[ResolvedConfig], tuple[dict[str, Any], dict[str, str]]]:
+        return ResolvedConfig, (dict(self), dict(self.sources))
+
     def __repr__(self) -> str:
         width = max(map(len, self))
         lines = [f"{k:<{width}} = {_show(v):<24} # {self.sources[k]}" for k, v in self.items()]
