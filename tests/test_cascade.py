@@ -458,3 +458,12 @@ def test_local_engine_as_first_stage(pair: tuple[FakeBackend, FakeBackend]) -> N
     assert set(out.index) <= {"x", "y", "z"}
     assert list(out.index) == [i for i in LOCAL_REVIEWS.index if i in set(out.index)]
     assert report.stages[0].answered + report.stages[1].answered == 3
+
+
+def test_calibrate_names_a_missing_operator_argument() -> None:
+    from semframe.operators.cascade import calibrate
+
+    df = pd.DataFrame({"review": ["good", "bad"]})
+    with pytest.raises(InputError, match="needs the classify argument 'labels'"):
+        calibrate(df, "Mood of {review}?", op="classify", cascade=["fake/a", "fake/b"],
+                  labels=["x", "y"], target_accuracy=0.9)  # fmt: skip

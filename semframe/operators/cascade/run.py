@@ -124,6 +124,13 @@ def _logprobs(compiled: RowwiseCall) -> RowwiseCall:
 
 
 def _spec(op: str, template: str, extra: Mapping[str, Any]) -> _Spec:
+    needs = {"classify": "labels", "extract": "schema"}.get(op)
+    if needs is not None and needs not in extra:
+        msg = (
+            f"a cascade of {op} needs the {op} argument {needs!r} "
+            f"(calibrate(..., extra={{{needs!r}: ...}}))."
+        )
+        raise InputError(msg)
     if op == "filter":
         return _Spec(op, _YES_NO, lambda f, kw: _logprobs(FILTER.compile(f, template, **kw)))
     if op == "classify":
