@@ -32,7 +32,7 @@ from semframe.cost.estimate import Estimate
 from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
 from semframe.operators.common import apply_truncate, check_new_columns, check_options
 from semframe.runtime.call import Call, Runner
-from semframe.runtime.estimate import estimate_plan
+from semframe.runtime.estimate import estimate_first_round
 
 __all__ = ["AGG", "Agg", "AggPlan"]
 
@@ -366,18 +366,13 @@ class Agg:
 
     def estimate(self, agg: _Agg, *, probe: int) -> Estimate:
         """Level 0 simulated and scaled to every level (an upper bound)."""
-        plan = agg.plan
-        n = len(plan.first.requests)
-        return estimate_plan(
-            plan.first,
+        return estimate_first_round(
+            agg.plan.first,
             agg.settings,
             op="agg",
             probe=probe,
-            scale=plan.max_requests / n if n else 1.0,
-            notes=(
-                f"first relQuery ({n:,} requests) simulated; the later reduction levels are "
-                f"extrapolated from the first (an upper bound): {plan.max_requests:,} requests",
-            ),
+            total=agg.plan.max_requests,
+            what="the later reduction levels are extrapolated from the first (an upper bound)",
         )
 
     def run(self, agg: _Agg, runner: Runner) -> Output:

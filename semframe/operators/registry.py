@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from semframe.core.frames import Frame, Output
 from semframe.cost.budget import Budget, parse_budget
 from semframe.cost.estimate import Estimate
-from semframe.errors import InputError, RowErrors, did_you_mean
+from semframe.errors import InputError, RowErrors, did_you_mean, format_choices
 from semframe.operators.agg import AGG
 from semframe.operators.cascade import CascadeOperator
 from semframe.operators.join import JOIN
@@ -144,7 +144,7 @@ def get_operator(name: str) -> Operator:
     if op is None:
         msg = (
             f"unknown op {name!r}.{did_you_mean(name, OPERATORS)} "
-            f"Valid ops: {', '.join(map(repr, OPERATORS))}."
+            f"Valid ops: {format_choices(OPERATORS)}."
         )
         raise InputError(msg)
     return op

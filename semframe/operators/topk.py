@@ -38,7 +38,7 @@ from semframe.cost.estimate import Estimate
 from semframe.errors import InputError, RowError, RowErrors
 from semframe.operators.common import apply_truncate, check_error_column, check_options
 from semframe.runtime.call import Call, Runner
-from semframe.runtime.estimate import estimate_plan
+from semframe.runtime.estimate import estimate_first_round
 
 __all__ = ["TOPK", "Topk", "TopkPlan"]
 
@@ -219,18 +219,13 @@ class Topk:
     def estimate(self, tk: _Topk, *, probe: int) -> Estimate:
         """The first round simulated and scaled to the expected comparisons."""
         plan = _plan(tk)
-        total = plan.expected_comparisons
-        n = len(plan.first.requests)
-        return estimate_plan(
+        return estimate_first_round(
             plan.first,
             tk.settings,
             op="topk",
             probe=probe,
-            scale=total / n if n else 1.0,
-            notes=(
-                f"first relQuery ({n:,} requests) simulated; later comparison rounds are "
-                f"extrapolated from the first (an expectation): {total:,} requests",
-            ),
+            total=plan.expected_comparisons,
+            what="later comparison rounds are extrapolated from the first (an expectation)",
         )
 
     def run(self, tk: _Topk, runner: Runner) -> Output:

@@ -25,7 +25,7 @@ from semframe.errors import ConfigError, InputError, MissingDependencyError
 from semframe.runtime.call import uncached_part
 from semframe.runtime.execute import execute
 
-__all__ = ["estimate_call", "estimate_plan", "probe_output"]
+__all__ = ["estimate_call", "estimate_first_round", "estimate_plan", "probe_output"]
 
 
 def _resolve(settings: Mapping[str, Any]) -> tuple[Backend | None, CostModel]:
@@ -151,3 +151,22 @@ def estimate_call(plan: Plan, settings: Mapping[str, Any], *, op: str, probe: in
         else ()
     )
     return estimate_plan(left, settings, op=op, probe=probe, notes=notes)
+
+
+def estimate_first_round(
+    first: Plan, settings: Mapping[str, Any], *, op: str, probe: int, total: int, what: str
+) -> Estimate:
+    """An operator of several rounds (``agg`` levels, ``topk`` comparisons), from its first.
+
+    The first relQuery is simulated exactly and every figure scaled to
+    ``total`` requests; ``what`` says how the later rounds were extrapolated.
+    """
+    n = len(first.requests)
+    return estimate_plan(
+        first,
+        settings,
+        op=op,
+        probe=probe,
+        scale=total / n if n else 1.0,
+        notes=(f"first relQuery ({n:,} requests) simulated; {what}: {total:,} requests",),
+    )
