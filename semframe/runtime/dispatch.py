@@ -50,17 +50,31 @@ class Group:
     leader_done: bool = False
 
 
-class GroupDispatcher:
-    """Hands out requests to workers, prefix group by prefix group."""
+class _Groups:
+    """A plan's prefix groups as dispatch state: which request of each goes next."""
 
     def __init__(self, plan: Plan) -> None:
         self.groups = [Group(g.start, g.stop, g.start) for g in plan.groups]
         self.unstarted: deque[int] = deque(range(len(self.groups)))
-        self.cond = threading.Condition()
         self.in_flight = 0
         self.stopped = False
         self.should_stop: Callable[[int], bool] | None = None
         self.halted = False  # stopped by ``should_stop``
+
+    def _pop(self, index: int) -> tuple[int, int]:
+        g = self.groups[index]
+        request = g.next
+        g.next += 1
+        self.in_flight += 1
+        return index, request
+
+
+class GroupDispatcher(_Groups):
+    """Hands out requests to workers, prefix group by prefix group."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan)
+        self.cond = threading.Condition()
 
     def _halt(self) -> bool:
         """Ask ``should_stop``; on True stop handing out requests (call with the lock held)."""
@@ -92,13 +106,6 @@ class GroupDispatcher:
                     return None
                 self.cond.wait()
             return None
-
-    def _pop(self, index: int) -> tuple[int, int]:
-        g = self.groups[index]
-        request = g.next
-        g.next += 1
-        self.in_flight += 1
-        return index, request
 
     def done(self, index: int, request: int) -> None:
         with self.cond:
@@ -179,7 +186,7 @@ class RateLimiter:
                 await asyncio.sleep(wait)
 
 
-class AsyncDispatcher:
+class AsyncDispatcher(_Groups):
     """Prefix groups for a shared cache: leaders first, then each group fanned out.
 
     A group's first request goes alone; once it has been answered (and the
@@ -190,14 +197,9 @@ class AsyncDispatcher:
     """
 
     def __init__(self, plan: Plan) -> None:
-        self.groups = [Group(g.start, g.stop, g.start) for g in plan.groups]
-        self.unstarted: deque[int] = deque(range(len(self.groups)))
+        super().__init__(plan)
         self.open: deque[int] = deque()
-        self.in_flight = 0
-        self.stopped = False
         self.cond = asyncio.Condition()
-        self.should_stop: Callable[[int], bool] | None = None
-        self.halted = False
 
     async def take(self) -> tuple[int, int] | None:
         async with self.cond:
@@ -218,17 +220,6 @@ class AsyncDispatcher:
                     return None
                 await self.cond.wait()
             return None
-
-    def _left(self, index: int) -> int:
-        g = self.groups[index]
-        return g.stop - g.next
-
-    def _pop(self, index: int) -> tuple[int, int]:
-        g = self.groups[index]
-        request = g.next
-        g.next += 1
-        self.in_flight += 1
-        return index, request
 
     async def done(self, index: int, request: int) -> None:
         async with self.cond:
