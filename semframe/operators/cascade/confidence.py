@@ -9,7 +9,7 @@ from typing import cast
 
 from semframe.core.parse import label_confidence
 from semframe.core.wire import Outcome
-from semframe.operators.cascade.thresholds import _normal
+from semframe.operators.cascade.thresholds import same_answer_key
 
 _YES_NO = ("yes", "no")
 
@@ -55,7 +55,7 @@ def agreement(outcomes: Sequence[Outcome]) -> tuple[Outcome, float | None]:
     ok = [o for o in outcomes if o.error_kind is None]
     if not ok:
         return outcomes[0], None
-    counts = Counter(repr(_normal(o.value)) for o in ok)
+    counts = Counter(repr(same_answer_key(o.value)) for o in ok)
     top, votes = counts.most_common(1)[0]
-    chosen = next(o for o in ok if repr(_normal(o.value)) == top)
+    chosen = next(o for o in ok if repr(same_answer_key(o.value)) == top)
     return chosen, votes / len(outcomes)

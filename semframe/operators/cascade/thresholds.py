@@ -22,11 +22,21 @@ from semframe.errors import InputError
 from semframe.operators.cascade.stages import Calibration, Metric, route
 
 
-def _normal(value: object) -> object:
+def same_answer_key(value: object) -> object:
+    """An answer as compared: lists as tuples, mappings as sorted pairs (hashable).
+
+    Two answers are the same answer when their keys are equal (for metrics
+    and for the agreement of samples alike).
+
+    Examples
+    --------
+    >>> same_answer_key({"b": [1, 2], "a": "x"})
+    (('a', 'x'), ('b', (1, 2)))
+    """
     if isinstance(value, list | tuple):
-        return tuple(_normal(v) for v in value)
+        return tuple(same_answer_key(v) for v in value)
     if isinstance(value, Mapping):
-        return tuple(sorted((str(k), _normal(v)) for k, v in value.items()))
+        return tuple(sorted((str(k), same_answer_key(v)) for k, v in value.items()))
     return value
 
 
@@ -48,10 +58,12 @@ def metric_counts(
     >>> metric_counts(p, y), metric_counts(p, y, "precision"), metric_counts(p, y, "recall")
     ((2, 4), (1, 2), (1, 2))
     """
-    pairs = [(_normal(p), _normal(y)) for p, y in zip(predictions, labels, strict=True)]
+    pairs = [
+        (same_answer_key(p), same_answer_key(y)) for p, y in zip(predictions, labels, strict=True)
+    ]
     if metric == "accuracy":
         return sum(p == y for p, y in pairs), len(pairs)
-    pos = _normal(positive)
+    pos = same_answer_key(positive)
     tp = sum(p == pos and y == pos for p, y in pairs)
     if metric == "precision":
         return tp, sum(p == pos for p, _ in pairs)
@@ -279,10 +291,10 @@ def _fixed_sequence(
     Lowering the threshold hands rows from the last stage to the first one in
     order of falling confidence, so the counts are updated row by row.
     """
-    pos = _normal(positive)
-    ys = [_normal(y) for y in labels]
-    first = [_normal(p) for p in predictions[0]]
-    cur = [_normal(p) for p in predictions[1]]
+    pos = same_answer_key(positive)
+    ys = [same_answer_key(y) for y in labels]
+    first = [same_answer_key(p) for p in predictions[0]]
+    cur = [same_answer_key(p) for p in predictions[1]]
     correct = sum(c == y for c, y in zip(cur, ys, strict=True))
     tp = sum(c == pos and y == pos for c, y in zip(cur, ys, strict=True))
     pred_pos = sum(c == pos for c in cur)
