@@ -46,13 +46,19 @@ class MissingDependencyError(SemframeError, ImportError):
 class TransientError(SemframeError):
     """A per-request failure that is worth retrying (timeout, 429, 5xx, connection).
 
-    Backends raise it from ``generate``; the executor retries with backoff and
-    records it against the row if retries run out.
+    Backends raise it from ``complete``; the executor retries with backoff and
+    records it against the row if retries run out. ``maybe_billed`` says the
+    request reached the provider and its answer was lost on the way back (a
+    dropped connection, a truncated body, a timeout while reading): the
+    provider may have billed it, so the executor charges it conservatively.
     """
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, maybe_billed: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.maybe_billed = maybe_billed
 
 
 class RequestRejected(SemframeError):
@@ -205,3 +211,20 @@ def format_choices(valid: Iterable[object] | Mapping[str, object]) -> str:
     "'a', 'b'"
     """
     return ", ".join(repr(v) for v in valid)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or a notebook's interrupt) stopped a run; the answers received are kept.
+
+    A ``KeyboardInterrupt``, so code that catches ``Exception`` does not swallow
+    it. ``answered`` counts the rows answered before the stop; ``outcomes``
+    holds them in the caller's row order (``None`` where nothing was received);
+    ``stored`` says whether they are in the result cache, so that running the
+    same call again sends only the rest.
+    """
+
+    def __init__(self, message: str, *, answered: int, outcomes: list[Any], stored: bool) -> None:
+        super().__init__(message)
+        self.answered = answered
+        self.outcomes = outcomes
+        self.stored = stored

@@ -9,6 +9,7 @@ notebook whose own loop is running, submits coroutines with :func:`run`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Coroutine
@@ -39,11 +40,21 @@ def loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+WAKE_SECONDS = 0.1
+"""The waiting thread wakes this often, so that a signal handler (Ctrl-C) runs.
+
+An untimed wait on a future can sleep through Ctrl-C: a library that installs
+its own SIGINT handler with ``SA_RESTART`` (Polars does) makes the blocked
+lock wait resume instead of returning to Python, and the interrupt is only
+seen when the whole run has finished."""
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the shared loop and wait for its result.
 
-    Ctrl-C while waiting cancels the coroutine (its ``finally`` blocks run)
-    before ``KeyboardInterrupt`` propagates.
+    The wait wakes every :data:`WAKE_SECONDS`; Ctrl-C while waiting cancels the
+    coroutine (its ``finally`` blocks run) before ``KeyboardInterrupt``
+    propagates.
 
     Examples
     --------
@@ -54,6 +65,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     """
     future = asyncio.run_coroutine_threadsafe(coro, loop())
     try:
+        while not concurrent.futures.wait([future], timeout=WAKE_SECONDS).done:
+            pass
         return future.result()
     except KeyboardInterrupt:
         future.cancel()

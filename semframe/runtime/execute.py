@@ -40,6 +40,7 @@ from semframe.errors import (
     BudgetExceeded,
     RequestRejected,
     RunAborted,
+    RunInterrupted,
     SemframeError,
     TransientError,
 )
@@ -50,7 +51,15 @@ from semframe.runtime.stats import RunStats, record_run
 if TYPE_CHECKING:
     from semframe.cache.store import ResultCache
 
-__all__ = ["StopWhen", "Totals", "attempts", "execute", "run_stats", "unanswered"]
+__all__ = [
+    "StopWhen",
+    "Totals",
+    "attempts",
+    "execute",
+    "interrupted_message",
+    "run_stats",
+    "unanswered",
+]
 
 StopWhen = Callable[[Usage, int, int], bool]
 """``stop_when(spent, answered, in_flight)``: asked before each request is dispatched.
@@ -381,6 +390,14 @@ def execute(
         exc.answered = sum(1 for o in outcomes if o is not None and o.error_kind is None)
         exc.args = (f"{exc.args[0]} ({exc.answered} of {n} rows had been answered)",)
         raise
+    except KeyboardInterrupt as exc:
+        answered = sum(1 for o in outcomes if o is not None and o.error_kind is None)
+        raise RunInterrupted(
+            interrupted_message(answered, n, stored=cache is not None),
+            answered=answered,
+            outcomes=plan.restore(outcomes),
+            stored=cache is not None,
+        ) from exc
     finally:
         if bar is not None:
             bar.close()
@@ -401,6 +418,27 @@ def execute(
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
     return done, stats
+
+
+def interrupted_message(answered: int, rows: int, *, stored: bool) -> str:
+    """What a user is told when Ctrl-C stops a run: what is kept, and how to resume.
+
+    Examples
+    --------
+    >>> interrupted_message(3, 10, stored=True)  # doctest: +NORMALIZE_WHITESPACE
+    'interrupted: 3 of 10 rows had been answered; their answers are kept in the
+    result cache, so running the same call again sends only the other 7.'
+    """
+    head = f"interrupted: {answered} of {rows} rows had been answered; "
+    if stored:
+        return (
+            head + "their answers are kept in the result cache, so running the same call "
+            f"again sends only the other {rows - answered}."
+        )
+    return head + (
+        "with cache=False they are not stored: they are in .outcomes of this exception "
+        "(turn the result cache on to resume a run)."
+    )
 
 
 def _async_driver(
