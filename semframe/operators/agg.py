@@ -26,7 +26,7 @@ from semframe.core.frames import Frame, NewColumn, Output
 from semframe.core.ordering import Ordering
 from semframe.core.parse import TEXT
 from semframe.core.plan import Plan, RelQuery, make_plan
-from semframe.core.table import Table
+from semframe.core.table import Table, fence
 from semframe.core.template import Template, compile_template
 from semframe.cost.estimate import Estimate
 from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
@@ -132,17 +132,28 @@ def _level_template(parsed: Template, by: Sequence[str], field: str, note: str) 
 
 
 def _render_chunk(table: Table, rows: Sequence[int], orders: Mapping[int, Sequence[str]]) -> str:
+    """The rows of one chunk, each field indented under its row.
+
+    A cell's own line breaks are fenced once more here (its later lines start
+    four spaces in), so a value cannot start a line that reads as a field of
+    this row (two spaces) or as a new row (none).
+    """
     fields = orders[rows[0]] if rows else ()
     shared = [f for f in fields if len(rows) > 1 and len({table.cells[f][r] for r in rows}) == 1]
     lines = []
     if shared:
         lines.append("shared by all rows:")
-        lines.extend(f"  {f}: {table.cells[f][rows[0]]}" for f in shared)
+        lines.extend(f"  {f}: {fence(table.cells[f][rows[0]])}" for f in shared)
     for n, r in enumerate(rows, 1):
         own = [f for f in orders[r] if f not in shared]
         lines.append(f"row {n}:")
-        lines.extend(f"  {f}: {table.cells[f][r]}" for f in own)
+        lines.extend(f"  {f}: {fence(table.cells[f][r])}" for f in own)
     return "\n" + "\n".join(lines)
+
+
+def _part(number: int, answer: str) -> str:
+    """A partial answer as the next level reads it; the answer's own lines are fenced."""
+    return f"\npart {number}: {fence(answer)}"
 
 
 def _fold(sizes: Sequence[int], budget: int | None) -> list[tuple[int, int]]:
@@ -453,7 +464,7 @@ def _next_level(
     """Fold each group's partial answers into chunks that fit; one relQuery for all."""
     cfg = agg.settings
     backend = agg.backend
-    texts = [f"\npart {i + 1}: {t}" for i, (_, t, _) in enumerate(pending)]
+    texts = [_part(i + 1, t) for i, (_, t, _) in enumerate(pending)]
     sizes = backend.count_tokens(texts) if agg.budget is not None else [0] * len(texts)
     by_group: dict[int, list[int]] = {}
     for i, (g, _, _) in enumerate(pending):
@@ -467,9 +478,7 @@ def _next_level(
             # All fit, or none pair up: combine everything / halves, never stall.
             chunks = [(0, len(idx))] if len(chunks) == 1 else _halves(len(idx))
         for a, b in chunks:
-            body = "".join(
-                f"\npart {j + 1}: {pending[idx[k]][1]}" for j, k in enumerate(range(a, b))
-            )
+            body = "".join(_part(j + 1, pending[idx[k]][1]) for j, k in enumerate(range(a, b)))
             items.append((agg.keys[g], body))
             where = f"group {_key(agg, g)!r}" if agg.by else "all rows"
             work.append((g, f"level-{level} combination of {where} (parts {a + 1}-{b})"))
