@@ -5,7 +5,11 @@
 model for vLLM ahead of time and prints its directory.
 
 The cache folder is the ``cache_dir`` setting (``SEMFRAME_CACHE_DIR``, a
-``semframe.toml``), or ``--cache-dir``. Nothing is created by ``info``.
+``semframe.toml``), or ``--cache-dir``. Nothing is created by ``info``, except
+the fresh file that replaces a damaged one: on a damaged file both actions
+first say where it was moved and how many answers were salvaged from it.
+``info`` works on a read-only cache; ``clear`` there (or while another process
+holds the write lock) exits with 1 and says why.
 
 Examples
 --------
@@ -19,6 +23,7 @@ no result cache yet at .../results.sqlite
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,17 +123,52 @@ def _cache(action: str, path: Path, older_than: float | None) -> int:
         verb = "nothing to clear" if action == "clear" else "no result cache yet"
         print(f"{verb} at {path}")
         return 0
-    with ResultCache(path) as cache:
-        if action == "info":
-            print(cache.info())
-            return 0
-        if older_than is not None and older_than < 0:
-            print(f"--older-than must be >= 0 days, got {older_than}", file=sys.stderr)
-            return 2
-        removed = cache.clear(older_than)
+    if older_than is not None and older_than < 0:
+        print(f"--older-than must be >= 0 days, got {older_than}", file=sys.stderr)
+        return 2
+    try:
+        cache = ResultCache(path)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"cannot open the result cache at {path}: {exc}", file=sys.stderr)
+        return 1
+    with cache:
+        try:
+            if action == "info":
+                info = cache.info()
+            else:
+                removed = cache.clear(older_than)
+        except sqlite3.Error as exc:
+            _report(cache)
+            print(_cannot(action, cache, exc), file=sys.stderr)
+            return 1
+    _report(cache)
+    if action == "info":
+        print(info)
+        return 0
     what = f" not used for {older_than:g} days" if older_than is not None else ""
     print(f"removed {removed:,} answers{what} from {path}")
     return 0
+
+
+def _report(cache: ResultCache) -> None:
+    """Say what was done about a damaged file, if anything."""
+    if cache.recovered is not None:
+        print(f"{cache.recovered}.")
+
+
+def _cannot(action: str, cache: ResultCache, exc: sqlite3.Error) -> str:
+    what = "read" if action == "info" else "clear"
+    if cache.read_only:
+        return (
+            f"cannot {what} {cache.path}: it is read-only; make its folder and file "
+            "writable and run this again"
+        )
+    if "locked" in str(exc):
+        return (
+            f"cannot {what} {cache.path}: another process holds its write lock ({exc}); "
+            "run this again when it has finished"
+        )
+    return f"cannot {what} {cache.path}: {exc}"
 
 
 if __name__ == "__main__":  # pragma: no cover

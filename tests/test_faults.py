@@ -566,7 +566,7 @@ def disk_full(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture)
 
 
 def corrupt_cache(tmp: Path, caplog: pytest.LogCaptureFixture) -> FaultReport:
-    """The cache file is not a database: a warning, and the run goes on uncached."""
+    """The cache file is not a database: it is moved aside, and a fresh cache takes its place."""
     path = Path(semframe.config()["cache_dir"]) / FILENAME
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"this is not a database" * 100)
@@ -578,10 +578,24 @@ def corrupt_cache(tmp: Path, caplog: pytest.LogCaptureFixture) -> FaultReport:
             out = _frame(n).llm.map(TEMPLATE, backend="fake")
     finally:
         register_backend("fake", "semframe.backends.fake:create")
-    assert any("running without it" in r.getMessage() for r in caplog.records)
+    assert any(
+        "moved it aside" in r.getMessage() and "started a fresh cache" in r.getMessage()
+        for r in caplog.records
+    )
+    assert list(path.parent.glob(f"{FILENAME}.damaged-*"))
     assert _stats().requests == n
+    again = _frame(n).llm.map(TEMPLATE, backend="fake")  # the fresh cache stored them
+    assert _stats().requests == 0
+    assert list(again["llm_output"]) == list(out["llm_output"])
     return FaultReport(
-        "corrupt cache file", n, n, 0, _lost(out, "llm_output"), 0, 0, "warning; run uncached"
+        "corrupt cache file",
+        n,
+        n,
+        0,
+        _lost(out, "llm_output"),
+        0,
+        0,
+        "moved aside with a warning; a fresh cache stores this run's answers",
     )
 
 

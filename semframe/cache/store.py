@@ -1,7 +1,7 @@
 """Persistent result cache: never pay twice for the same deterministic answer.
 
 Every answered request is stored in one SQLite file (``cache_dir()/results.sqlite``,
-WAL mode, so readers never block the writer and two processes can share it).
+WAL mode, so readers never wait for a writer and two processes can share it).
 A row is keyed by a SHA-256 digest of everything that determines the answer:
 the backend name, model and endpoint (``base_url``), and the rendered request
 (system message, prompt, ``max_tokens``, temperature, the output schema as JSON
@@ -20,9 +20,25 @@ as it is free, at most every :data:`COMMIT_INTERVAL` (one transaction per
 answer when answers are slow, many per transaction when they are fast), and
 the end of a run waits for the last commit, however the run ends. A crash,
 even ``kill -9``, therefore loses only the requests in flight and the answers
-of the last :data:`COMMIT_INTERVAL` (10 ms). When the disk is full the answers
-stay in memory, a warning is logged, writing is tried again every
-:data:`RETRY_SECONDS`, and the run goes on.
+of the last :data:`COMMIT_INTERVAL` (10 ms).
+
+Nothing the cache does stops or stalls a run:
+
+- Reads have a connection of their own and never wait for a write, ours or
+  another process's; opening a file whose schema is in place takes no lock.
+- A write waits at most :data:`BUSY_SECONDS` for another process's write lock;
+  when it fails, its answers stay in memory and are tried again every
+  :data:`RETRY_SECONDS`. The end of a run waits at most
+  :data:`LOCK_WAIT_SECONDS` in all, then says in a warning how many answers
+  could not be stored (a re-run sends those requests again).
+- On a full disk a failed batch is split in halves, so what fits is stored;
+  the rest is counted in a warning.
+- A damaged file (``database disk image is malformed``, found on opening or
+  on any read or write) is moved aside next to the cache as
+  ``results.sqlite.damaged-<time>``, a fresh file takes its place, and every
+  row that can still be read is salvaged into it (:mod:`~semframe.cache.salvage`).
+- A cache whose folder or file is not writable is opened read-only: its
+  answers are served, nothing is written, and a warning says so once.
 
 A whole call is indexed too (the ``calls`` table): keyed by the backend and
 the call's :func:`~semframe.core.plan.fingerprint` (everything that decides its
@@ -58,28 +74,33 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from semframe.cache.salvage import salvage
 from semframe.core.wire import Completion, TokenLogprob, Usage
 
 if TYPE_CHECKING:
     from semframe.backends.base import Backend
 
 __all__ = [
+    "BUSY_SECONDS",
     "COMMIT_INTERVAL",
     "FILENAME",
+    "LOCK_WAIT_SECONDS",
     "RETRY_SECONDS",
     "TOUCH_SECONDS",
     "CacheInfo",
     "Entry",
+    "Recovery",
     "ResultCache",
     "load_tokens",
     "open_cache",
@@ -89,7 +110,7 @@ FILENAME = "results.sqlite"
 """The cache file's name inside semframe's cache directory."""
 
 RETRY_SECONDS = 1.0
-"""Seconds a failed write (a full disk) waits before the writer tries again."""
+"""Seconds a failed write (a full disk, a held lock) waits before the writer tries again."""
 
 COMMIT_INTERVAL = 0.01
 """Least seconds between the starts of two commits of the writer thread.
@@ -100,13 +121,37 @@ per answer. A ``kill -9`` loses at most this long's answers besides the
 requests in flight.
 """
 
+BUSY_SECONDS = 1.0
+"""Longest one write waits for another connection's write lock (SQLite's busy timeout).
+
+Another process's commits take milliseconds; a lock held longer than this
+(a long ``cache clear``, a stuck process) fails the write, whose answers stay
+in memory and are tried again.
+"""
+
+LOCK_WAIT_SECONDS = 2.0
+"""Longest the end of a run waits, in all, for the write lock before giving up.
+
+Answers still not stored then are counted in a warning: the run's results are
+complete, and a re-run sends only those requests again.
+"""
+
 TOUCH_SECONDS = 3600.0
 """A served entry's last-used time is refreshed only when older than this (LRU granularity)."""
 
 _SCHEMA_VERSION = 2  # PRAGMA user_version; a file of another version is emptied on open
 _ROW_OVERHEAD = 128  # bytes counted per row besides its text (key, numbers, index entries)
+_CHORE_WAIT = 0.1  # seconds bookkeeping alone (last-used times, hit counts) waits at close
+_CLEAR_WAIT = 10.0  # seconds `clear` waits for the write lock
+_TABLES = frozenset({"results", "calls", "hits", "meta"})
+_READ_ONLY_CODES = frozenset(
+    {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM}
+)  # opening for writing failed: the file can still be read
 
 _log = logging.getLogger("semframe.cache.store")
+_warned_read_only: set[Path] = set()  # folders already reported read-only (once a process)
+
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -153,6 +198,12 @@ _INSERT = (
     "finish_reason = excluded.finish_reason, last_used = excluded.last_used, size = excluded.size"
 )
 
+_INSERT_CALL = (
+    "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
+    "SET keys = excluded.keys, info = excluded.info, "
+    "last_used = excluded.last_used, size = excluded.size"
+)
+
 
 class Entry(NamedTuple):
     """One stored answer.
@@ -179,6 +230,55 @@ class Entry(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Recovery:
+    """What was done about a damaged cache file.
+
+    Attributes
+    ----------
+    path : Path
+        The cache file (now a fresh one).
+    damaged : Path or None
+        Where the damaged file was moved (its ``-wal`` beside it, when it had
+        one); ``None`` when another process had moved it aside already.
+    reason : str
+        What SQLite reported.
+    answers : int
+        Answers salvaged into the fresh file.
+    calls : int
+        Call entries salvaged into the fresh file.
+    """
+
+    path: Path
+    damaged: Path | None
+    reason: str
+    answers: int
+    calls: int
+
+    def __str__(self) -> str:
+        if self.damaged is None:
+            return (
+                f"the cache file {self.path} was damaged ({self.reason}); another process "
+                "had already moved it aside and started a fresh one"
+            )
+        start = (
+            f"the cache file {self.path} was damaged ({self.reason}): moved it aside to "
+            f"{self.damaged} and started a fresh cache"
+        )
+        if self.answers or self.calls:
+            salvaged = (
+                f" with the {self.answers:,} answers and {self.calls:,} call entries that "
+                "could still be read (answers on damaged pages are lost: their requests are "
+                "sent again when needed)"
+            )
+        else:
+            salvaged = (
+                "; nothing in it could be read, so this run is running without its old "
+                "answers (their requests are sent again)"
+            )
+        return f"{start}{salvaged}. Delete {self.damaged.name} once you no longer need it"
+
+
+@dataclass(frozen=True, slots=True)
 class CacheInfo:
     """What ``semframe cache info`` shows.
 
@@ -196,6 +296,10 @@ class CacheInfo:
         ``(backend, model, entries, hits)`` per model, most entries first.
     calls : int
         Calls indexed (re-runs served whole).
+    damaged : tuple of Path
+        Damaged cache files kept beside this one (see :class:`Recovery`).
+    read_only : bool
+        Whether the cache could only be opened for reading.
     """
 
     path: Path
@@ -204,10 +308,12 @@ class CacheInfo:
     file_bytes: int
     by_model: tuple[tuple[str, str, int, int], ...]
     calls: int = 0
+    damaged: tuple[Path, ...] = ()
+    read_only: bool = False
 
     def __str__(self) -> str:
         lines = [
-            f"cache: {self.path}",
+            f"cache: {self.path}" + (" (read-only)" if self.read_only else ""),
             f"entries: {self.entries:,}",
             f"calls indexed: {self.calls:,}",
             f"size: {self.bytes / 2**20:.2f} MiB of answers, "
@@ -219,19 +325,34 @@ class CacheInfo:
                 f"  {backend}/{model}: {entries:,} entries, {hits:,} hits"
                 for backend, model, entries, hits in self.by_model
             )
+        if self.damaged:
+            lines.append("damaged files kept aside (delete them once you no longer need them):")
+            lines.extend(f"  {path}" for path in self.damaged)
         return "\n".join(lines)
 
 
+class _Work(NamedTuple):
+    """What one write commits: answers, call entries, and bookkeeping statements."""
+
+    rows: list[tuple[Any, ...]]
+    calls: list[tuple[Any, ...]]
+    chores: list[tuple[str, list[tuple[Any, ...]]]]
+
+    def empty(self) -> bool:
+        return not (self.rows or self.calls or self.chores)
+
+
 class ResultCache:
-    """The SQLite result cache (one connection, safe to share between threads).
+    """The SQLite result cache (safe to share between threads).
 
     Answers given to :meth:`put` are committed by a background writer thread
     as soon as it is free and :data:`COMMIT_INTERVAL` has passed since its last
     commit (group commit): one at a time when answers arrive slowly, many per
-    transaction when they arrive fast. When a write fails (a
-    full disk, a lock held too long), the answers stay in memory, a warning
-    is logged once, and the writer tries again after :data:`RETRY_SECONDS`;
-    the run itself never sees the failure.
+    transaction when they arrive fast. When a write fails (a full disk, a
+    lock held too long), the answers stay in memory, a warning is logged
+    once, and the writer tries again after :data:`RETRY_SECONDS`; the run
+    itself never sees the failure. Reads use a connection of their own, so
+    they never wait for a write.
 
     Parameters
     ----------
@@ -242,6 +363,12 @@ class ResultCache:
         past it. ``None``: no cap.
     clock : callable
         Wall clock for created/last-used times (tests pass their own).
+
+    Raises
+    ------
+    sqlite3.Error or OSError
+        When the file can be neither opened nor replaced (the caller runs
+        without a cache: see :func:`open_cache`).
     """
 
     def __init__(
@@ -254,11 +381,14 @@ class ResultCache:
         self.path = Path(path)
         self.max_bytes = None if max_mib is None else int(max_mib * 2**20)
         self.clock = clock
-        self._db_lock = threading.RLock()  # the connection
+        self._db_lock = threading.RLock()  # the writing connection (taken before _read_lock)
+        self._read_lock = threading.Lock()  # the reading connection
         self._cond = threading.Condition()  # the fields below
         # Appended to by put() without a lock (deque operations are atomic); drained
         # under _cond by whoever writes.
         self._pending: deque[tuple[Any, ...]] = deque()
+        self._calls: list[tuple[Any, ...]] = []  # call entries waiting for the writer
+        self._chores: list[tuple[str, list[tuple[Any, ...]]]] = []  # touches, hit counts
         self._writing = False
         self._idle = False  # the writer waits with nothing pending (put() must wake it)
         self._stopping = False
@@ -266,22 +396,67 @@ class ResultCache:
         self._last_commit = 0.0
         self._writer: threading.Thread | None = None
         self._closed = False
+        self._disconnected = False
+        self._gave_up = False  # a flush gave up waiting for the lock: later ones do not wait
+        self._failure = ""  # the kind of the last failed write: "busy", "full", ...
+        self._warned = False  # a failed write of answers was reported
+        self._generation = 0  # bumped when a damaged file is replaced
+        self._inode: tuple[int, int] | None = None
+        self._broken = False  # a damaged file could not be replaced: nothing is read or stored
+        self.read_only = False
+        """Whether the folder or file is not writable: answers are served, nothing is stored."""
+        self.recovered: Recovery | None = None
+        """What was done about a damaged file, when one was found."""
         self.write_errors = 0
         """Writes that failed (their answers were kept in memory and tried again)."""
         self.last_error: str | None = None
         """The last write failure, as SQLite reported it."""
+        self.not_stored = 0
+        """Answers given up on at :meth:`close` (counted in its warning)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
+        if not _writable(self.path):
+            self._open_read_only()
+            return
         try:
-            self._db.execute("PRAGMA busy_timeout = 30000")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            self._db.execute("PRAGMA cache_size = -65536")  # 64 MiB: bulk inserts stay in memory
+            self._open_writable()
+        except sqlite3.DatabaseError as exc:
+            if _is_corrupt(exc):
+                self._recover(exc, self._generation, opening=True)
+            elif _code(exc) in _READ_ONLY_CODES and self.path.exists():
+                self._open_read_only()  # not writable after all (a read-only mount, say)
+            else:
+                raise
+
+    # -- opening -----------------------------------------------------------------------
+
+    def _open_writable(self) -> None:
+        """Connect for writing and for reading; create the schema only when it is missing."""
+        db = _connect(self.path, BUSY_SECONDS)
+        reader: sqlite3.Connection | None = None
+        try:
+            self._inode = _inode(self.path)
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("PRAGMA cache_size = -65536")  # 64 MiB: bulk inserts stay in memory
+            # Takes no lock when the file is already in WAL mode (it always is once made).
+            db.execute("PRAGMA journal_mode = WAL")
+            reader = _connect(self.path, BUSY_SECONDS)
+            reader.execute("PRAGMA cache_size = -65536")
+            self._db, self._reader = db, reader
+            if not _schema_ok(reader):
+                self._create_schema()
+        except BaseException:
+            db.close()
+            if reader is not None:
+                reader.close()
+            raise
+
+    def _create_schema(self) -> None:
+        """Create the tables (a new file, or one of an older format: it is only a cache)."""
+        self._db.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT_SECONDS * 1000)}")
+        try:
             with self._transaction():
                 (version,) = self._db.execute("PRAGMA user_version").fetchone()
-                if version != _SCHEMA_VERSION:  # an older format: it is only a cache
+                if version != _SCHEMA_VERSION:
                     for kind, name in self._db.execute(
                         "SELECT type, name FROM sqlite_master "
                         "WHERE type IN ('table', 'trigger') AND name NOT LIKE 'sqlite_%'"
@@ -290,9 +465,61 @@ class ResultCache:
                 for statement in _split_script(_SCHEMA):
                     self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-        except BaseException:
-            self._db.close()
-            raise
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+
+    def _open_read_only(self) -> None:
+        """Open for reading only (``mode=ro``; ``immutable=1`` when no ``-shm`` can be made)."""
+        folder = self.path.parent
+        if not self.path.exists():
+            msg = f"the cache folder {folder} is not writable and holds no {FILENAME} yet"
+            raise sqlite3.OperationalError(msg)
+        uri = self.path.absolute().as_uri()
+        failure: sqlite3.Error | None = None
+        for mode in ("mode=ro", "immutable=1"):
+            conn = sqlite3.connect(
+                f"{uri}?{mode}",
+                uri=True,
+                timeout=BUSY_SECONDS,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            try:
+                usable = _schema_ok(conn)
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                if _is_corrupt(exc):
+                    msg = (
+                        f"the cache file {self.path} is damaged ({exc}) and cannot be moved "
+                        f"aside: {folder} is not writable"
+                    )
+                    raise sqlite3.DatabaseError(msg) from exc
+                failure = exc
+                continue
+            if not usable:
+                conn.close()
+                msg = (
+                    f"the cache file {self.path} is read-only and holds no answers this "
+                    "version of semframe can read"
+                )
+                raise sqlite3.OperationalError(msg)
+            break
+        else:
+            assert failure is not None
+            raise failure
+        self._db = self._reader = conn
+        self.read_only = True
+        if folder not in _warned_read_only:
+            _warned_read_only.add(folder)
+            what = "folder" if not os.access(folder, os.W_OK) else "file"
+            _log.warning(
+                "result cache %s %s is not writable: the answers already in %s are served, "
+                "but new answers will not be stored (make it writable, or set cache_dir "
+                "to a writable folder)",
+                what,
+                folder if what == "folder" else self.path,
+                self.path,
+            )
 
     # -- context ---------------------------------------------------------------------
 
@@ -308,9 +535,11 @@ class ResultCache:
         self.close()
 
     def close(self) -> None:
-        """Commit what is pending and close the connection (idempotent).
+        """Commit what is pending and close the connections (idempotent).
 
-        Answers that still cannot be written are reported in a warning.
+        Waits at most :data:`LOCK_WAIT_SECONDS` for another process's write
+        lock (less when an earlier flush already gave up on it); answers that
+        still cannot be written are counted in a warning.
         """
         with self._cond:
             if self._closed:
@@ -319,24 +548,139 @@ class ResultCache:
             self._cond.notify_all()
             writer = self._writer
         if writer is not None:
-            writer.join()
+            writer.join()  # at most one write attempt: BUSY_SECONDS
+        with self._cond:
+            answers = len(self._pending) + len(self._calls)
         try:
-            self.flush()
+            self.flush(None if answers else _CHORE_WAIT)
             with self._cond:
-                lost = len(self._pending)
+                lost, calls, chores = len(self._pending), len(self._calls), len(self._chores)
+                self._pending.clear()
+                self._calls.clear()
+                self._chores.clear()
+            self.not_stored = lost
             if lost:
                 _log.warning(
                     "result cache: %d answers could not be stored (%s); this run's results "
-                    "are complete, but a re-run will send those requests again",
+                    "are complete, but a re-run will send those %d requests again%s",
                     lost,
                     self.last_error,
+                    lost,
+                    self._advice(),
                 )
+            if calls:
+                _log.debug(
+                    "result cache: %d calls not indexed (%s): a re-run is planned again, "
+                    "its answers served from the cache",
+                    calls,
+                    self.last_error,
+                )
+            if chores:
+                _log.debug("result cache: %d last-used or hit-count updates dropped", chores)
         finally:
-            with self._db_lock:
-                self._db.close()
+            self._disconnect()
+
+    def _advice(self) -> str:
+        if self._failure == "busy":
+            return (
+                f": another process held the write lock of {self.path} for more than "
+                f"{LOCK_WAIT_SECONDS:g} s"
+            )
+        if self._failure == "full":
+            return f": free space on the disk that holds {self.path.parent}"
+        return ""
+
+    def _disconnect(self) -> None:
+        with self._db_lock, self._read_lock:
+            self._disconnect_locked()
+
+    def _disconnect_locked(self) -> None:
+        self._disconnected = True
+        for conn in {id(c): c for c in self._connections()}.values():
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def _connections(self) -> list[sqlite3.Connection]:
+        return [c for c in (getattr(self, "_db", None), getattr(self, "_reader", None)) if c]
 
     def __repr__(self) -> str:
         return f"ResultCache({str(self.path)!r}, max_bytes={self.max_bytes})"
+
+    # -- damaged files -----------------------------------------------------------------
+
+    def _recover(self, exc: sqlite3.Error, generation: int, *, opening: bool = False) -> None:
+        """Move the damaged file aside, start a fresh one and salvage what can be read into it.
+
+        Does nothing when another thread replaced the file since ``generation``.
+
+        Raises
+        ------
+        sqlite3.DatabaseError
+            When the file cannot be replaced (a read-only folder, say); the
+            cache then stores nothing and serves nothing.
+        """
+        with self._db_lock, self._read_lock:
+            if generation != self._generation:
+                return
+            if self._disconnected and not opening:
+                msg = "the result cache is closed"
+                raise sqlite3.OperationalError(msg)
+            self._disconnect_locked()
+            reason = str(exc)
+            damaged: Path | None = None
+            try:
+                if self.read_only:
+                    msg = f"{self.path.parent} is not writable"
+                    raise sqlite3.OperationalError(msg)
+                current = _inode(self.path)
+                if current is not None and current == self._inode:
+                    damaged = _move_aside(self.path)
+                self._generation += 1
+                self._open_writable()
+                self._disconnected = False
+                found = salvage(damaged, self._db, version=_SCHEMA_VERSION) if damaged else None
+                with self._transaction():
+                    self._recount_locked()
+            except (OSError, sqlite3.Error) as failure:
+                self._generation += 1
+                self._disconnect_locked()
+                self._broken = True
+                msg = (
+                    f"the cache file {self.path} is damaged ({reason}) and could not be "
+                    f"replaced ({failure})"
+                    + (f"; it was moved to {damaged}" if damaged is not None else "")
+                )
+                self.last_error = msg
+                if not opening:
+                    _log.warning("result cache: %s: running without it", msg)
+                raise sqlite3.DatabaseError(msg) from exc
+            self.recovered = Recovery(
+                self.path,
+                damaged,
+                reason,
+                found.answers if found else 0,
+                found.calls if found else 0,
+            )
+            _log.warning("result cache: %s", self.recovered)
+
+    def _read(self, read: Callable[[sqlite3.Connection], _T]) -> _T | None:
+        """Run ``read`` on the reading connection; a damaged file is replaced and read again.
+
+        ``None`` once the cache is closed (or replaced unsuccessfully).
+        """
+        for attempt in (0, 1):
+            with self._read_lock:
+                if self._closed or self._disconnected:
+                    return None
+                generation = self._generation
+                try:
+                    return read(self._reader)
+                except sqlite3.DatabaseError as exc:
+                    if attempt or not _is_corrupt(exc):
+                        raise
+                    error = exc
+            self._recover(error, generation)
+        return None  # pragma: no cover - the second attempt returns or raises
 
     # -- reading -----------------------------------------------------------------------
 
@@ -355,16 +699,23 @@ class ResultCache:
         """:meth:`get_many` as plain rows, for speed.
 
         Each is ``key -> (text, tokens as JSON or None, prompt, cached,
-        cache-write and output tokens, finish reason, last used)``.
+        cache-write and output tokens, finish reason, last used)``. A damaged
+        file is replaced (see :class:`Recovery`) and what was salvaged is read.
+
+        Raises
+        ------
+        sqlite3.Error
+            When the file cannot be read (nor replaced).
         """
-        found: dict[str, tuple[Any, ...]] = {}
-        with self._db_lock:
-            if self._closed:
-                return found
+        if not keys:
+            return {}
+
+        def read(db: sqlite3.Connection) -> dict[str, tuple[Any, ...]]:
+            found: dict[str, tuple[Any, ...]] = {}
             for lo in range(0, len(keys), 500):
                 chunk = list(keys[lo : lo + 500])
                 marks = ",".join("?" * len(chunk))
-                cursor = self._db.execute(
+                cursor = db.execute(
                     "SELECT key, text, tokens, prompt_tokens, cached_tokens, "
                     "cache_write_tokens, output_tokens, finish_reason, last_used "
                     f"FROM results WHERE key IN ({marks})",
@@ -372,7 +723,9 @@ class ResultCache:
                 )
                 for row in cursor:
                     found[row[0]] = row[1:]
-        return found
+            return found
+
+        return self._read(read) or {}
 
     def get_call(self, key: str) -> tuple[list[str], dict[str, Any]] | None:
         """A call's entry (see :func:`call_key`); ``None`` when absent.
@@ -380,84 +733,80 @@ class ResultCache:
         Returns the request key of each of the call's rows, in the caller's row
         order, and what was recorded with the entry.
         """
-        with self._db_lock:
-            if self._closed:
-                return None
-            row = self._db.execute("SELECT keys, info FROM calls WHERE key = ?", (key,)).fetchone()
+
+        def read(db: sqlite3.Connection) -> tuple[Any, ...] | None:
+            row: tuple[Any, ...] | None = db.execute(
+                "SELECT keys, info FROM calls WHERE key = ?", (key,)
+            ).fetchone()
+            return row
+
+        row = self._read(read)
         if row is None:
             return None
         blob, info = row
         text = bytes(blob).hex()
         return [text[i : i + 64] for i in range(0, len(text), 64)], json.loads(info)
 
+    # -- writing -----------------------------------------------------------------------
+
     def put_call(self, key: str, keys: Sequence[str], info: Mapping[str, Any]) -> None:
         """Store a call's entry: ``keys[i]`` is the request key of the call's row ``i``.
 
-        Written at once (one row), after the answers pending before it. A
-        failed write is logged, never raised: the call is only not indexed.
+        Written at once with the answers pending before it (at most
+        :data:`LOCK_WAIT_SECONDS` of waiting for the write lock). A failed
+        write is logged, never raised: the call is only not indexed.
         """
-        if not self.flush():
+        if self.read_only or self._broken:
             return
         blob = bytes.fromhex("".join(keys))
         text = json.dumps(dict(info), separators=(",", ":"))
         size = len(blob) + len(text) + _ROW_OVERHEAD
         now = self.clock()
-        try:
-            with self._db_lock:
-                if self._closed:
-                    return
-                with self._transaction():
-                    self._db.execute(
-                        "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
-                        "SET keys = excluded.keys, info = excluded.info, "
-                        "last_used = excluded.last_used, size = excluded.size",
-                        (key, blob, text, now, now, size),
-                    )
-                    self._db.execute(
-                        "UPDATE meta SET value = value + ? WHERE name = 'bytes'", (size,)
-                    )
-                    self._evict_locked()
-        except sqlite3.Error as exc:
-            _log.warning("result cache: the call could not be indexed (%s)", exc)
+        with self._cond:
+            if self._closed:
+                return
+            self._calls.append((key, blob, text, now, now, size))
+        self.flush()
 
     def touch_call(self, key: str) -> None:
-        """Mark a call's entry as used now."""
-        self._apply("UPDATE calls SET last_used = ? WHERE key = ?", [(self.clock(), key)])
+        """Mark a call's entry as used now (written with the next commit)."""
+        self._chore("UPDATE calls SET last_used = ? WHERE key = ?", [(self.clock(), key)])
 
     def touch(self, keys: Iterable[str]) -> None:
-        """Mark ``keys`` as used now (for the least-recently-used eviction)."""
+        """Mark ``keys`` as used now, for LRU eviction (written with the next commit)."""
         keys = list(keys)
         if not keys:
             return
         now = self.clock()
-        self._apply("UPDATE results SET last_used = ? WHERE key = ?", [(now, k) for k in keys])
+        self._chore("UPDATE results SET last_used = ? WHERE key = ?", [(now, k) for k in keys])
 
     def count_hits(self, backend: str, model: str, hits: int) -> None:
         """Add ``hits`` served answers to the count of ``backend``/``model`` (``cache info``)."""
         if hits <= 0:
             return
-        self._apply(
+        self._chore(
             "INSERT INTO hits VALUES (?, ?, ?) "
             "ON CONFLICT (backend, model) DO UPDATE SET hits = hits + excluded.hits",
             [(backend, model, hits)],
         )
 
-    def _apply(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Run ``statement`` once per row of parameters, in one transaction (no-op once closed)."""
-        with self._db_lock:
-            if self._closed:
-                return
-            with self._transaction():
-                self._db.executemany(statement, rows)
-
-    # -- writing -----------------------------------------------------------------------
+    def _chore(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
+        """Queue bookkeeping for the next commit (never waits; dropped if it cannot be written)."""
+        if self.read_only or self._broken:
+            return
+        with self._cond:
+            if not self._closed:
+                self._chores.append((statement, rows))
 
     def put(self, key: str, backend: Backend, completion: Completion) -> None:
         """Queue an answer for storage; the writer thread commits it shortly.
 
         An answer that is not valid Unicode (a lone surrogate) cannot be stored
-        as text and is skipped; so is one given after :meth:`close`.
+        as text and is skipped; so is one given after :meth:`close`, or to a
+        read-only cache.
         """
+        if self.read_only or self._broken:
+            return
         tokens = None if completion.tokens is None else _dump_tokens(completion.tokens)
         u = completion.usage
         text = completion.text
@@ -508,30 +857,55 @@ class ResultCache:
         with self._cond:
             return len(self._pending)
 
-    def flush(self) -> bool:
+    def flush(self, timeout: float | None = None) -> bool:
         """Commit every pending answer now; whether everything is stored.
 
-        A failed write is logged, never raised; its answers stay pending.
+        Waits at most ``timeout`` seconds (default :data:`LOCK_WAIT_SECONDS`)
+        for another process's write lock, and only a moment once a flush has
+        given up on it. A failed write is logged, never raised: its answers
+        stay pending (on a full disk, those that did not fit).
         """
+        wait = LOCK_WAIT_SECONDS if timeout is None else timeout
+        if self._gave_up:
+            wait = min(wait, _CHORE_WAIT)
+        deadline = time.monotonic() + wait
         with self._cond:
             while self._writing:
-                self._cond.wait()
-            rows = self._drain()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            work = self._take()
             self._writing = True
+        if not work.rows:  # only a call entry or bookkeeping: nothing paid for waits long
+            deadline = min(deadline, time.monotonic() + _CHORE_WAIT)
         try:
-            ok = self._write(rows)
+            while True:
+                work, kind = self._write(work, deadline)
+                if work.empty() or kind != "busy":
+                    break
+                if time.monotonic() >= deadline:
+                    self._gave_up = True
+                    break
         finally:
             with self._cond:
-                if not ok:
-                    self._pending.extendleft(reversed(rows))
+                self._give_back(work)
                 self._writing = False
                 self._cond.notify_all()
-        return ok
+        return not (work.rows or work.calls)
 
-    def _drain(self) -> list[tuple[Any, ...]]:
-        """Take every queued row (``put`` may append meanwhile: those stay queued)."""
+    def _take(self) -> _Work:
+        """Take everything queued (under ``_cond``; ``put`` may append meanwhile: those stay)."""
         queue = self._pending
-        return [queue.popleft() for _ in range(len(queue))]
+        work = _Work([queue.popleft() for _ in range(len(queue))], self._calls, self._chores)
+        self._calls, self._chores = [], []
+        return work
+
+    def _give_back(self, work: _Work) -> None:
+        """Queue again what a write left (under ``_cond``), ahead of what came meanwhile."""
+        self._pending.extendleft(reversed(work.rows))
+        self._calls[:0] = work.calls
+        self._chores[:0] = work.chores
 
     def _write_loop(self) -> None:
         """The writer thread: commit whatever is pending, one transaction at a time."""
@@ -540,7 +914,7 @@ class ResultCache:
                 while True:
                     if self._stopping:
                         return
-                    if self._pending and not self._writing:
+                    if (self._pending or self._calls) and not self._writing:
                         ready = max(self._retry_at, self._last_commit + COMMIT_INTERVAL)
                         wait = ready - time.monotonic()
                         if wait <= 0:
@@ -551,55 +925,153 @@ class ResultCache:
                         if not self._pending:  # looked at after _idle is set: see put()
                             self._cond.wait()
                         self._idle = False
-                rows = self._drain()
+                work = self._take()
                 self._writing = True
                 self._last_commit = time.monotonic()
-            ok = False
+            left = work
             try:
-                ok = self._write(rows)
+                left, _ = self._write(work, None)
             finally:
                 with self._cond:
-                    if not ok:
-                        self._pending.extendleft(reversed(rows))
+                    self._give_back(left)
+                    if left.rows or left.calls:
                         self._retry_at = time.monotonic() + RETRY_SECONDS
                     self._writing = False
                     self._cond.notify_all()
 
-    def _write(self, rows: list[tuple[Any, ...]]) -> bool:
-        if not rows:
-            return True
-        try:
-            with self._db_lock:
-                if self._db_closed():
-                    return False
-                with self._transaction():
-                    # In key order: the B-tree is filled page by page, not at random.
-                    self._db.executemany(_INSERT, sorted(rows) if len(rows) > 1 else rows)
-                    self._db.execute(
-                        "UPDATE meta SET value = value + ? WHERE name = 'bytes'",
-                        (sum(row[-1] for row in rows),),
-                    )
-                    self._evict_locked()
-        except sqlite3.Error as exc:  # disk full, locked for too long: the run goes on
-            self.write_errors += 1
-            self.last_error = str(exc)
-            log = _log.warning if self.write_errors == 1 else _log.debug
+    def _write(self, work: _Work, deadline: float | None) -> tuple[_Work, str | None]:
+        """Commit ``work`` in one transaction; returns what is left and why (``None``: nothing).
+
+        A write waits for another connection's lock at most :data:`BUSY_SECONDS`,
+        and never past ``deadline`` (a :func:`time.monotonic` time). On a full
+        disk the answers are split (:meth:`_write_parts`); a damaged file is
+        replaced and the write tried once more.
+        """
+        if work.empty():
+            return work, None
+        for attempt in (0, 1):
+            generation = self._generation
+            try:
+                with self._db_lock:
+                    if self._disconnected:
+                        return work, "closed"
+                    busy = _CHORE_WAIT if self._gave_up else BUSY_SECONDS
+                    if deadline is not None:
+                        busy = max(0.0, min(busy, deadline - time.monotonic()))
+                    self._db.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
+                    self._commit(work.rows, work.calls, work.chores)
+                self._gave_up = False  # the lock came: later flushes may wait for it again
+                return _Work([], [], []), None
+            except sqlite3.Error as exc:
+                if _is_corrupt(exc) and attempt == 0:
+                    try:
+                        self._recover(exc, generation)
+                    except sqlite3.Error:
+                        return work, "corrupt"
+                    continue
+                if _is_full(exc):
+                    return self._write_parts(work, exc), "full"
+                kind = "busy" if _is_busy(exc) else "error"
+                self._failed(exc, kind, len(work.rows), 0)
+                return work, kind
+        return work, "corrupt"  # pragma: no cover - the loop returns
+
+    def _write_parts(self, work: _Work, exc: sqlite3.Error) -> _Work:
+        """On a full disk: store what fits, halving a failed batch down to single answers.
+
+        Stops at the first single answer that does not fit (the disk is full);
+        returns what was not stored. Bookkeeping that does not fit is dropped.
+        """
+        rows = sorted(work.rows)
+        left: list[tuple[Any, ...]] = []
+        parts = deque([rows] if rows else [])
+        with self._db_lock:
+            while parts:
+                part = parts.popleft()
+                try:
+                    self._commit(part, [], [])
+                    continue
+                except sqlite3.Error as again:
+                    if len(part) > 1 and _is_full(again):
+                        half = len(part) // 2
+                        parts.extendleft([part[half:], part[:half]])
+                        continue
+                left.extend(part)
+                for rest in parts:
+                    left.extend(rest)
+                break
+            calls = []
+            for call in work.calls:
+                try:
+                    self._commit([], [call], [])
+                except sqlite3.Error:
+                    calls.append(call)
+            with contextlib.suppress(sqlite3.Error):
+                self._commit([], [], work.chores)
+        self._failed(exc, "full", len(rows), len(rows) - len(left))
+        return _Work(left, calls, [])
+
+    def _commit(
+        self,
+        rows: list[tuple[Any, ...]],
+        calls: list[tuple[Any, ...]],
+        chores: list[tuple[str, list[tuple[Any, ...]]]],
+    ) -> None:
+        """One transaction: answers (in key order), call entries, bookkeeping, eviction."""
+        if not (rows or calls or chores):
+            return
+        with self._transaction():
+            if rows:
+                # In key order: the B-tree is filled page by page, not at random.
+                self._db.executemany(_INSERT, sorted(rows) if len(rows) > 1 else rows)
+            for call in calls:
+                self._db.execute(_INSERT_CALL, call)
+            for statement, params in chores:
+                self._db.executemany(statement, params)
+            added = sum(row[-1] for row in rows) + sum(call[-1] for call in calls)
+            if added:
+                self._db.execute("UPDATE meta SET value = value + ? WHERE name = 'bytes'", (added,))
+                self._evict_locked()
+
+    def _failed(self, exc: sqlite3.Error, kind: str, answers: int, stored: int) -> None:
+        """Record a failed write; the first with answers is a warning, the others debug."""
+        self.write_errors += 1
+        self.last_error = str(exc)
+        self._failure = kind
+        # Once a cache, and only for answers: a call entry or bookkeeping is not paid for.
+        log = _log.debug
+        if answers and not self._warned:
+            self._warned = True
+            log = _log.warning
+        if kind == "full":
+            log(
+                "result cache write failed (%s): stored %d of %d answers, %d kept in memory "
+                "and tried again in %g s; the run goes on (free space on the disk that "
+                "holds %s)",
+                exc,
+                stored,
+                answers,
+                answers - stored,
+                RETRY_SECONDS,
+                self.path.parent,
+            )
+        elif kind == "busy":
+            log(
+                "result cache write failed (%s): another process holds the write lock of %s; "
+                "%d answers kept in memory and tried again in %g s; the run goes on",
+                exc,
+                self.path,
+                answers,
+                RETRY_SECONDS,
+            )
+        else:
             log(
                 "result cache write failed (%s): %d answers kept in memory, tried again "
                 "in %g s; the run goes on",
                 exc,
-                len(rows),
+                answers,
                 RETRY_SECONDS,
             )
-            return False
-        return True
-
-    def _db_closed(self) -> bool:
-        try:
-            self._db.total_changes  # noqa: B018 - raises on a closed connection
-        except sqlite3.ProgrammingError:
-            return True
-        return False
 
     def _evict_locked(self) -> None:
         """Delete least recently used rows until the stored bytes fit the cap (in a transaction).
@@ -610,8 +1082,8 @@ class ResultCache:
         """
         if self.max_bytes is None:
             return
-        (total,) = self._db.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
-        if total <= self.max_bytes:
+        row = self._db.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
+        if row is not None and row[0] <= self.max_bytes:
             return
         total = self._recount_locked()
         if total <= self.max_bytes:
@@ -633,29 +1105,32 @@ class ResultCache:
 
     def _recount_locked(self) -> int:
         """Sum the stored sizes exactly and store the sum in ``meta``."""
-        (total,) = self._db.execute(
-            "SELECT (SELECT COALESCE(SUM(size), 0) FROM results) "
-            "+ (SELECT COALESCE(SUM(size), 0) FROM calls)"
-        ).fetchone()
-        self._db.execute("UPDATE meta SET value = ? WHERE name = 'bytes'", (total,))
-        return int(total)
+        total = _stored_bytes(self._db)
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('bytes', ?)", (total,))
+        return total
 
     # -- maintenance -------------------------------------------------------------------
 
     def info(self) -> CacheInfo:
-        """Entries, sizes and per-model counts."""
+        """Entries, sizes and per-model counts (read without taking the write lock)."""
         self.flush()
-        with self._db_lock:
-            (entries,) = self._db.execute("SELECT COUNT(*) FROM results").fetchone()
-            (calls,) = self._db.execute("SELECT COUNT(*) FROM calls").fetchone()
-            with self._transaction():
-                stored = self._recount_locked()
-            by_model = self._db.execute(
+
+        def read(db: sqlite3.Connection) -> tuple[int, int, int, list[tuple[Any, ...]]]:
+            (entries,) = db.execute("SELECT COUNT(*) FROM results").fetchone()
+            (calls,) = db.execute("SELECT COUNT(*) FROM calls").fetchone()
+            by_model = db.execute(
                 "SELECT r.backend, r.model, COUNT(*), "
                 "(SELECT hits FROM hits h WHERE h.backend = r.backend AND h.model = r.model) "
                 "FROM results r GROUP BY r.backend, r.model "
                 "ORDER BY COUNT(*) DESC, r.backend, r.model"
             ).fetchall()
+            return int(entries), int(calls), _stored_bytes(db), by_model
+
+        found = self._read(read)
+        if found is None:
+            msg = f"the result cache {self.path} is closed"
+            raise sqlite3.OperationalError(msg)
+        entries, calls, stored, by_model = found
         file_bytes = sum(
             p.stat().st_size
             for p in (self.path, self.path.with_name(self.path.name + "-wal"))
@@ -663,30 +1138,59 @@ class ResultCache:
         )
         return CacheInfo(
             self.path,
-            int(entries),
-            int(stored),
+            entries,
+            stored,
             file_bytes,
             tuple((str(b), str(m), int(n), int(h or 0)) for b, m, n, h in by_model),
-            int(calls),
+            calls,
+            tuple(sorted(self.path.parent.glob(f"{FILENAME}.damaged-*[0-9]"))),
+            self.read_only,
         )
 
     def clear(self, older_than_days: float | None = None) -> int:
-        """Delete every entry, or those not used for ``older_than_days``; returns how many."""
+        """Delete every entry, or those not used for ``older_than_days``; returns how many.
+
+        Waits up to 10 s for another process's write lock.
+
+        Raises
+        ------
+        sqlite3.Error
+            When the cache is read-only, or the lock could not be had.
+        """
+        if self.read_only:
+            msg = f"the result cache {self.path} is read-only"
+            raise sqlite3.OperationalError(msg)
         self.flush()
+        for attempt in (0, 1):
+            generation = self._generation
+            try:
+                return self._clear(older_than_days)
+            except sqlite3.DatabaseError as exc:
+                if attempt or not _is_corrupt(exc):
+                    raise
+                self._recover(exc, generation)
+        return 0  # pragma: no cover - the loop returns or raises
+
+    def _clear(self, older_than_days: float | None) -> int:
         with self._db_lock:
-            with self._transaction():
+            self._db.execute(f"PRAGMA busy_timeout = {int(_CLEAR_WAIT * 1000)}")
+            try:
+                with self._transaction():
+                    if older_than_days is None:
+                        cur = self._db.execute("DELETE FROM results")
+                        self._db.execute("DELETE FROM hits")
+                        self._db.execute("DELETE FROM calls")
+                    else:
+                        cutoff = self.clock() - older_than_days * 86400.0
+                        cur = self._db.execute("DELETE FROM results WHERE last_used < ?", (cutoff,))
+                        self._db.execute("DELETE FROM calls WHERE last_used < ?", (cutoff,))
+                    removed = cur.rowcount
+                    self._recount_locked()
                 if older_than_days is None:
-                    cur = self._db.execute("DELETE FROM results")
-                    self._db.execute("DELETE FROM hits")
-                    self._db.execute("DELETE FROM calls")
-                else:
-                    cutoff = self.clock() - older_than_days * 86400.0
-                    cur = self._db.execute("DELETE FROM results WHERE last_used < ?", (cutoff,))
-                    self._db.execute("DELETE FROM calls WHERE last_used < ?", (cutoff,))
-                removed = cur.rowcount
-                self._recount_locked()
-            if older_than_days is None:
-                self._db.execute("VACUUM")
+                    with contextlib.suppress(sqlite3.OperationalError):  # only to give space back
+                        self._db.execute("VACUUM")
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
         return int(removed)
 
     def _transaction(self) -> _Transaction:
@@ -722,6 +1226,89 @@ class _Transaction:
         if self.db.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 self.db.execute("ROLLBACK")
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _connect(path: Path, busy: float) -> sqlite3.Connection:
+    return sqlite3.connect(path, timeout=busy, isolation_level=None, check_same_thread=False)
+
+
+def _schema_ok(db: sqlite3.Connection) -> bool:
+    """Whether the file has this version's tables (read only: takes no lock)."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    names = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return bool(version == _SCHEMA_VERSION and names >= _TABLES)
+
+
+def _stored_bytes(db: sqlite3.Connection) -> int:
+    (total,) = db.execute(
+        "SELECT (SELECT COALESCE(SUM(size), 0) FROM results) "
+        "+ (SELECT COALESCE(SUM(size), 0) FROM calls)"
+    ).fetchone()
+    return int(total)
+
+
+def _code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
+
+
+def _is_corrupt(exc: sqlite3.Error) -> bool:
+    """SQLite found the file damaged (``malformed``, ``not a database``)."""
+    code = _code(exc)
+    if code is not None:
+        return code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    text = str(exc)
+    return "malformed" in text or "not a database" in text
+
+
+def _is_full(exc: sqlite3.Error) -> bool:
+    code = _code(exc)
+    return code == sqlite3.SQLITE_FULL if code is not None else "is full" in str(exc)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = _code(exc)
+    if code is not None:
+        return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc)
+
+
+def _writable(path: Path) -> bool:
+    """Whether the cache can be written: its folder, and the file and its WAL when present."""
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return False
+    return all(
+        os.access(p, os.W_OK)
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+        if p.exists()
+    )
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename a damaged file (and its ``-wal`` and ``-shm``) to ``<name>.damaged-<time>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    path.rename(aside)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            side.rename(aside.with_name(aside.name + suffix))
+    return aside
 
 
 def _split_script(script: str) -> list[str]:
@@ -760,11 +1347,16 @@ def load_tokens(text: str | None) -> tuple[TokenLogprob, ...] | None:
 def open_cache(directory: Path, *, max_mib: float | None) -> ResultCache | None:
     """Open ``directory/results.sqlite``; ``None`` (and a logged warning) when that fails.
 
-    A cache that cannot be opened (a read-only home, a corrupt file) never
-    stops a run: the run goes on uncached.
+    A cache that cannot be opened never stops a run: the run goes on uncached.
+    A damaged file is replaced by a fresh one with what could be salvaged, and
+    a read-only one is only read (see :class:`ResultCache`).
     """
     try:
         return ResultCache(directory / FILENAME, max_mib=max_mib)
     except (OSError, sqlite3.Error) as exc:
-        _log.warning("result cache unavailable (%s): running without it", exc)
+        _log.warning(
+            "result cache unavailable (%s): running without it; this run's answers are not "
+            "stored (pass cache=False to skip the cache, or set cache_dir to another folder)",
+            exc,
+        )
         return None
