@@ -7,7 +7,7 @@ and what would have been valid.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,7 +155,22 @@ class RowError:
 
 
 class RowErrors(SemframeError):
-    """Some rows failed after retries; nothing that succeeded is lost.
+    """Rows failed after retries; nothing that succeeded is lost.
+
+    The message says how many rows failed and, when every row of the call
+    failed, that nothing succeeded (rather than pointing at other rows' answers).
+
+    Parameters
+    ----------
+    errors : iterable of RowError
+        The failed rows.
+    result : object
+        See the attribute.
+    total : int, optional
+        How many rows the call had. Without it, it is read from ``result`` when
+        that is an operator's row-aligned output (every input row, with one value
+        per row in each new column: ``map``, ``extract``, ``classify``); else it
+        stays unknown and the message does not say whether all rows failed.
 
     Attributes
     ----------
@@ -166,11 +181,24 @@ class RowErrors(SemframeError):
         missing value in the output column (for ``filter``: failed rows are
         included, and the ``error`` column says why). Use it to keep the paid-for
         answers, or re-run with ``errors="keep"`` to get it directly.
-    """
+    total : int or None
+        How many rows the call had (``None``: not known).
 
-    def __init__(self, errors: Iterable[RowError], result: Any) -> None:
+    Examples
+    --------
+    >>> failed = [RowError(i, i, "parse", "expected a yes/no answer", 2) for i in range(2)]
+    >>> print(str(RowErrors(failed, None, total=3)).splitlines()[0])
+    2 row(s) failed; the other rows succeeded and are in `.result` of this exception (or pass errors='keep' to get them with an error column).
+    >>> print(str(RowErrors(failed, None, total=2)).splitlines()[0])
+    all 2 rows failed; nothing succeeded. `.result` of this exception holds the frame with no answers; pass errors='keep' to get it with an error column saying why each row failed.
+    """  # noqa: E501
+
+    def __init__(
+        self, errors: Iterable[RowError], result: Any, *, total: int | None = None
+    ) -> None:
         self.errors = tuple(errors)
         self.result = result
+        self.total = _row_count(result) if total is None else total
         n = len(self.errors)
         shown = "\n".join(
             f"  row {e.row} (label {e.label!r}): {e.kind} error after {e.attempts} "
@@ -178,12 +206,35 @@ class RowErrors(SemframeError):
             for e in self.errors[:5]
         )
         more = f"\n  ... and {n - 5} more" if n > 5 else ""
-        msg = (
-            f"{n} row(s) failed; the other rows succeeded and are in `.result` of this "
-            f"exception (or pass errors='keep' to get them with an error column).\n"
-            f"{shown}{more}"
-        )
-        super().__init__(msg)
+        if n and self.total == n:
+            every = "the only row failed" if n == 1 else f"all {n} rows failed"
+            head = (
+                f"{every}; nothing succeeded. `.result` of this exception holds the frame "
+                "with no answers; pass errors='keep' to get it with an error column saying "
+                "why each row failed."
+            )
+        else:
+            head = (
+                f"{n} row(s) failed; the other rows succeeded and are in `.result` of this "
+                "exception (or pass errors='keep' to get them with an error column)."
+            )
+        super().__init__(f"{head}\n{shown}{more}")
+
+
+def _row_count(result: Any) -> int | None:
+    """Rows of an operator's row-aligned result, or ``None`` when it cannot tell.
+
+    An operator's ``Output`` (``semframe.core.frames``, which this base module
+    cannot import) that keeps every input row (``rows`` is ``None``) holds one
+    value per row in each of its new columns.
+    """
+    if getattr(result, "rows", False) is not None:
+        return None
+    columns = getattr(result, "columns", None)
+    if not isinstance(columns, tuple) or not columns:
+        return None
+    values = getattr(columns[0], "values", None)
+    return len(values) if isinstance(values, Sequence) else None
 
 
 def did_you_mean(name: str, valid: Iterable[str]) -> str:

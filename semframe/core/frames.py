@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -158,7 +159,8 @@ class PandasAdapter:
     def columns(self, frame: Any) -> list[str]:
         names = [str(c) for c in frame.columns]
         if len(set(names)) != len(names):
-            dupes = sorted({n for n in names if names.count(n) > 1})
+            # One pass (Counter), not names.count per name: wide frames stay fast.
+            dupes = sorted(n for n, k in Counter(names).items() if k > 1)
             msg = f"the frame has duplicate column names {dupes}; rename them first."
             raise InputError(msg)
         return names

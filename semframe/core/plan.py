@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import unicodedata
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,8 @@ class RelQuery:
     system : str or None
         Optional system message.
     examples : tuple of mapping
-        Few-shot examples: each maps every template field and ``"answer"`` to a value.
+        Few-shot examples: each maps every template field and ``"answer"`` to a
+        value (checked by :func:`check_examples`).
     max_tokens : int
         Output token limit per request.
     temperature : float
@@ -77,6 +79,16 @@ class RelQuery:
 def render_instructions(rq: RelQuery) -> str:
     """The shared instruction block: task, output format, examples.
 
+    Each example shows the template's fields as labeled lines, then its answer
+    on a line ``answer: <value>``; the examples are checked first
+    (:func:`check_examples`).
+
+    Raises
+    ------
+    InputError
+        An example that is not a mapping or lacks a key, or a field whose label
+        reads as the examples' ``answer:`` line.
+
     Examples
     --------
     >>> from semframe.core.template import parse_template
@@ -92,22 +104,106 @@ def render_instructions(rq: RelQuery) -> str:
     review: awful
     answer: no
     """
+    check_examples(rq)
     lines = [rq.template.instruction().strip()]
     if rq.output.instruction:
         lines.append(rq.output.instruction)
     text = "\n".join(lines)
     for example in rq.examples:
-        missing = [f for f in rq.fields if f not in example]
-        if missing or "answer" not in example:
-            want = [*rq.fields, "answer"]
-            msg = (
-                f"example {dict(example)!r} lacks {[*missing, 'answer'][: len(missing) or 1]!r}; "
-                f"each example needs the keys {want!r}."
-            )
-            raise InputError(msg)
         segs = "".join(f"{f}: {render_value(example[f])}\n" for f in rq.fields)
         text += f"\n\nExample:\n{segs}answer: {render_value(example['answer'])}"
     return text
+
+
+def check_examples(rq: RelQuery) -> None:
+    """Fail unless every example can be rendered unambiguously.
+
+    Each example must be a mapping with a key for every template field and
+    ``"answer"``. With examples, no field may be labeled so that its line reads
+    as an example's ``answer:`` line: a field named ``answer`` (in any case,
+    with surrounding spaces, in compatibility forms such as fullwidth letters,
+    with invisible characters, or followed by a colon, as in ``answer: final``).
+    The model would take that field's value for an answer to imitate, and one
+    ``"answer"`` key could not hold both.
+
+    Without examples a field named ``answer`` is allowed: the only ``answer:``
+    line of the prompt is then the field itself, which the instruction names as
+    ``[answer]``; the output format's ``{"answer": ...}`` is a JSON key, not a
+    labeled line. Refusing it would refuse every question/answer data set.
+
+    Raises
+    ------
+    InputError
+        Naming the example or the field, and what would be valid.
+
+    Examples
+    --------
+    >>> from semframe.core.template import parse_template
+    >>> from semframe.core.parse import BOOL
+    >>> rq = RelQuery("filter", parse_template("Is {answer} right?"),
+    ...               Table.from_columns({"answer": ["4"]}), BOOL)
+    >>> check_examples(rq)  # no examples: allowed
+    >>> check_examples(RelQuery(rq.op, rq.template, rq.table, BOOL,
+    ...                         examples=({"answer": "yes"},)))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.errors.InputError: the template's field 'answer' is labeled 'answer: ...', ...
+    """
+    if not rq.examples:
+        return
+    for number, example in enumerate(rq.examples, 1):
+        if not isinstance(example, Mapping):
+            kind = type(example).__name__  # type: ignore[unreachable]
+            hint = (
+                " (a single dict passed as examples= is read as its keys: wrap it in a list, "
+                "examples=[{...}])"
+                if isinstance(example, str)
+                else ""
+            )
+            msg = (
+                f"example {number} is {_article(kind)} {kind} ({_short(repr(example), 60)}); "
+                f"examples must be a list of mappings, each with the keys "
+                f"{[*rq.fields, 'answer']!r}{hint}."
+            )
+            raise InputError(msg)
+    for name in rq.fields:
+        if _reads_as_answer(name):
+            msg = (
+                f"the template's field {name!r} is labeled {name + ': ...'!r}, which reads as the "
+                "examples' 'answer: ...' line, so the model would take its value for an answer. "
+                f"Rename the column, e.g. df = df.rename(columns={{{name!r}: 'proposed_answer'}}), "
+                "and name the new column in the template and the examples; or pass no examples."
+            )
+            raise InputError(msg)
+    want = [*rq.fields, "answer"]
+    for example in rq.examples:
+        lacks = [f for f in want if f not in example]
+        if lacks:
+            msg = (
+                f"example {_short(repr(dict(example)), 200)} lacks {lacks!r}; "
+                f"each example needs the keys {want!r}."
+            )
+            raise InputError(msg)
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def _reads_as_answer(name: str) -> bool:
+    """Whether the line ``name: value`` reads as an ``answer: value`` line.
+
+    Examples
+    --------
+    >>> [_reads_as_answer(n) for n in ["answer", " Answer", "answer: x", "answers", "the answer"]]
+    [True, True, True, False, False]
+    """
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(c for c in text if unicodedata.category(c)[0] != "C").strip().casefold()
+    if not text.startswith("answer"):
+        return False
+    rest = text[len("answer") :].lstrip()
+    return not rest or rest.startswith(":")
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,8 +473,15 @@ def fingerprint(rq: RelQuery, reorder: str) -> str:
 def validate(rq: RelQuery) -> None:
     """Fail before anything is sent when ``rq`` cannot be rendered or sent.
 
-    Renders the instructions (which checks the examples) and checks that all
-    text is valid Unicode (:func:`check_sendable`).
+    Renders the instructions, which checks the examples (:func:`check_examples`:
+    each a mapping with every field and ``"answer"``, and no field labeled like
+    their ``answer:`` line), and checks that all text is valid Unicode
+    (:func:`check_sendable`).
+
+    Raises
+    ------
+    InputError
+        Naming what is wrong and what would be valid.
     """
     check_sendable(rq, rq.instructions)
 

@@ -76,10 +76,9 @@ class Template:
             if f.strip() in available:
                 renamed[f] = f.strip()
                 continue
-            shown = ", ".join(repr(n) for n in names) or "(the frame has no columns)"
             msg = (
                 f"template names column {f!r}, which the frame does not have."
-                f"{did_you_mean(f, names)} Available columns: {shown}."
+                f"{did_you_mean(f, names)} {_available(names)}."
             )
             raise ColumnError(msg)
         if not renamed:
@@ -90,6 +89,31 @@ class Template:
         )
         fields = tuple(dict.fromkeys(renamed.get(f, f) for f in self.fields))
         return Template(self.text, parts, fields)
+
+
+SHOWN_COLUMNS = 50
+"""At most this many column names are listed when a template names an unknown one."""
+
+
+def _available(names: Sequence[str]) -> str:
+    """``Available columns: 'a', 'b'``, the first :data:`SHOWN_COLUMNS` of a wide frame.
+
+    Examples
+    --------
+    >>> _available(["a", "b"])
+    "Available columns: 'a', 'b'"
+    >>> wide = _available([f"c{i}" for i in range(1000)])
+    >>> wide.startswith("Available columns (the first 50 of 1,000): 'c0', 'c1', ")
+    True
+    >>> wide.endswith(", 'c48', 'c49', ...")
+    True
+    """
+    if not names:
+        return "Available columns: (the frame has no columns)"
+    shown = ", ".join(repr(n) for n in names[:SHOWN_COLUMNS])
+    if len(names) <= SHOWN_COLUMNS:
+        return f"Available columns: {shown}"
+    return f"Available columns (the first {SHOWN_COLUMNS} of {len(names):,}): {shown}, ..."
 
 
 def parse_template(text: object, *, require_fields: bool = True) -> Template:
