@@ -191,6 +191,18 @@ SETTINGS: dict[str, Setting] = {
             "'keep' (failed rows kept, with an error column).",
         ),
         Setting(
+            "truncated",
+            _choice("error", "keep"),
+            "error",
+            "Answers cut at max_tokens (finish reason 'length', Anthropic's 'max_tokens'): "
+            "'error' (asked again like an unparseable answer, then a row error; raise "
+            "max_tokens) or 'keep' (map, filter, extract, classify and agg keep a cut answer "
+            "that still parses and mark it True in a '<out>_truncated' column, 'llm_truncated' "
+            "for filter and extract; agg marks a group whose answer was built from any cut "
+            "answer; kept cut answers are not stored in the result cache). topk and join always "
+            "treat a cut answer as an error.",
+        ),
+        Setting(
             "timeout",
             _positive_float,
             120.0,

@@ -432,6 +432,9 @@ def _settings(s: Mapping[str, Any]) -> dict[str, Any]:
         "max_concurrency": s["max_concurrency"],
         "max_tokens": s["max_tokens"],
         "cache": False,
+        # the hand-computed bill has one request per prompt: an emulated answer that
+        # runs to max_tokens is kept (and marked), not asked again
+        "truncated": "keep",
     }
     if "cache_ttl" in s:
         settings["cache_ttl"] = s["cache_ttl"]

@@ -91,7 +91,7 @@ def test_invalid_answers_are_retried_then_reported(fake: FakeBackend) -> None:
         (0, 10, "parse", 2),
         (2, 30, "parse", 2),
     ]
-    assert "field 'n' is 'one', expected a int value" in errors[0].message
+    assert "field 'n' is 'one', expected an int value" in errors[0].message
     result = info.value.result
     assert result["n"].isna().tolist() == [True, False, True]
     assert result["n"].tolist()[1] == 2

@@ -147,7 +147,9 @@ def test_join_qualifies_answer_columns(fake: FakeBackend) -> None:
 @pytest.mark.parametrize(
     ("examples", "fragments"),
     [
-        ({"review": "awful", "answer": "no"}, ["'review'", "is a str", "wrap it in a list"]),
+        ({"review": "awful", "answer": "no"}, ["got dict", "wrap the one example in a list"]),
+        (5, ["examples must be a list of mappings", "['review', 'answer']", "got int (5)"]),
+        ("awful", ["examples must be a list", "got str ('awful')"]),
         (["review answer"], ["'review answer'", "is a str", "mapping"]),
         ([{"review": "awful", "answer": "no"}, 3], ["example 2", "is an int", "mapping"]),
     ],

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from semframe.cache.store import TOUCH_SECONDS, ResultCache, load_tokens
-from semframe.core.parse import ParseError
+from semframe.core.parse import ParseError, accept
 from semframe.core.wire import Outcome, Usage
 
 __all__ = ["Served", "serve_stored"]
@@ -28,8 +28,10 @@ def serve_stored(
 ) -> Served:
     """Set ``outcomes[i]`` for each ``keys[i]`` whose answer ``cache`` holds and parses.
 
-    Outcomes of keys not stored (or ``None``), or whose answer does not parse,
-    stay as they are. Served entries last used more than
+    Outcomes of keys not stored (or ``None``), or whose answer is not accepted
+    (:func:`~semframe.core.parse.accept`: empty, or not parsing), stay as they
+    are. Only answers that finished are stored (a kept cut answer is not), so
+    a served answer is never marked as cut. Served entries last used more than
     :data:`~semframe.cache.store.TOUCH_SECONDS` ago are listed as stale.
 
     Raises
@@ -50,7 +52,7 @@ def serve_stored(
             continue
         text, tokens, prompt, cached, written, output, _, used = row
         try:
-            value = parse(text)
+            value, _ = accept(parse, text, None)
         except ParseError:
             continue
         outcomes[i] = Outcome(value, text, None, None, 0, load_tokens(tokens))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -18,6 +19,22 @@ if TYPE_CHECKING:
 
 class ParseError(SemframeError, ValueError):
     """An answer does not have the expected form."""
+
+
+EMPTY_ANSWER = "empty answer: the model returned no text"
+"""How every parser here reports an empty (or whitespace-only) answer."""
+
+
+def _require_text(text: str) -> str:
+    """``text`` stripped; :class:`ParseError` when nothing is left.
+
+    An empty answer is never a value: not ``''`` for ``map``, not ``[]`` for
+    ``classify(multi=True)``, not a default for anything else.
+    """
+    stripped = text.strip()
+    if not stripped:
+        raise ParseError(EMPTY_ANSWER)
+    return stripped
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +59,151 @@ class OutputSpec:
     instruction: str
     parse: Callable[[str], Any]
 
+    @property
+    def keeps_truncated(self) -> bool:
+        """Whether an answer cut at ``max_tokens`` that parses is kept (see :func:`accept`)."""
+        return isinstance(self.parse, KeepTruncated)
+
+    def with_truncated(self, policy: str) -> OutputSpec:
+        """The spec with ``policy`` for answers cut at ``max_tokens``: ``"error"`` or ``"keep"``.
+
+        Examples
+        --------
+        >>> TEXT.keeps_truncated, TEXT.with_truncated("keep").keeps_truncated
+        (False, True)
+        >>> TEXT.with_truncated("keep").with_truncated("error") == TEXT
+        True
+        """
+        parse = self.parse
+        if policy == "keep":
+            keeps = isinstance(parse, KeepTruncated)
+            return self if keeps else dataclasses.replace(self, parse=KeepTruncated(parse))
+        if policy == "error":
+            if isinstance(parse, KeepTruncated):
+                return dataclasses.replace(self, parse=parse.parse)
+            return self
+        msg = f"truncated must be 'error' or 'keep', got {policy!r}."
+        raise InputError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class KeepTruncated:
+    """A parser that lets :func:`accept` keep answers cut at ``max_tokens``.
+
+    It parses exactly as the parser it wraps; only its type says that a cut
+    answer which parses is kept (``truncated="keep"``) rather than rejected.
+    Built by :meth:`OutputSpec.with_truncated`.
+    """
+
+    parse: Callable[[str], Any]
+
+    def __call__(self, text: str) -> Any:
+        """Parse ``text`` with the wrapped parser."""
+        return self.parse(text)
+
+
+TRUNCATION_REASONS = frozenset({"length", "max_tokens"})
+"""Finish reasons meaning the answer was cut at ``max_tokens``: ``"length"`` (OpenAI,
+llama.cpp, vLLM) and ``"max_tokens"`` (Anthropic's stop reason)."""
+
+CUT_NOTE = "cut at max_tokens"
+"""How the note of a kept cut answer starts (``Outcome.error`` of a row that has a value)."""
+
+
+def _cut(finish_reason: str | None, max_tokens: int | None) -> str:
+    limit = f"max_tokens={max_tokens}" if max_tokens is not None else "max_tokens"
+    return f"cut at {limit} (finish reason {finish_reason!r})"
+
+
+def accept(
+    parse: Callable[[str], Any],
+    text: str,
+    finish_reason: str | None,
+    max_tokens: int | None = None,
+) -> tuple[Any, str | None]:
+    """The value of one answer, and a note when it was cut at ``max_tokens`` and kept.
+
+    The one rule for every answer, live or batch: an empty answer is an
+    error; an answer the backend says was cut at ``max_tokens`` (a finish
+    reason in :data:`TRUNCATION_REASONS`) is an error too, unless ``parse``
+    keeps cut answers (:class:`KeepTruncated`, ``truncated="keep"``) and it
+    parses: then the value comes back with a note starting with
+    :data:`CUT_NOTE`. Otherwise ``parse(text)``.
+
+    Parameters
+    ----------
+    parse : callable
+        The relQuery's parser (``OutputSpec.parse``).
+    text : str
+        The raw answer.
+    finish_reason : str or None
+        The backend's finish reason.
+    max_tokens : int, optional
+        The request's limit, for messages.
+
+    Returns
+    -------
+    value : object
+        The parsed answer.
+    note : str or None
+        ``None``, or why the value is marked (it was cut at ``max_tokens``).
+
+    Raises
+    ------
+    ParseError
+        Saying what was wrong with the answer and what to do about it.
+
+    Examples
+    --------
+    >>> accept(TEXT.parse, " A slow film. ", "stop")
+    ('A slow film.', None)
+    >>> accept(TEXT.parse, "A slow fi", "length", 4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.core.parse.ParseError: answer cut at max_tokens=4 (finish reason 'length'), ...
+    >>> accept(TEXT.with_truncated("keep").parse, "A slow fi", "max_tokens", 4)
+    ('A slow fi', "cut at max_tokens=4 (finish reason 'max_tokens'); kept because truncated='keep'")
+    >>> accept(TEXT.parse, "  ", "stop")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.core.parse.ParseError: empty answer: the model returned no text (finish reason ...
+    """
+    cut = finish_reason in TRUNCATION_REASONS
+    if not text.strip():
+        if cut:
+            msg = (
+                f"empty answer: {_cut(finish_reason, max_tokens)} before any text; raise max_tokens"
+            )
+        else:
+            msg = (
+                f"{EMPTY_ANSWER} (finish reason {finish_reason!r}); it may have refused this "
+                "row: check its input, or try another model"
+            )
+        raise ParseError(msg)
+    if not cut:
+        return parse(text), None
+    try:
+        value = parse(text)
+    except ParseError as exc:
+        msg = f"answer {_cut(finish_reason, max_tokens)} does not parse: {exc}; raise max_tokens"
+        raise ParseError(msg) from None
+    if isinstance(parse, KeepTruncated):
+        return value, f"{_cut(finish_reason, max_tokens)}; kept because truncated='keep'"
+    msg = (
+        f"answer {_cut(finish_reason, max_tokens)}, so it may be incomplete: "
+        f"{_shorten(text.strip())!r}; raise max_tokens (map, filter, extract, classify and "
+        "agg also take truncated='keep': cut answers that parse are kept, marked True in a "
+        "*_truncated column)"
+    )
+    raise ParseError(msg)
+
 
 def _parse_text(text: str) -> str:
-    return text.strip()
+    return _require_text(text)
 
 
 TEXT = OutputSpec("text", None, "", _parse_text)
+"""Free text (``map``, ``agg``): the answer stripped; an empty answer is a :class:`ParseError`."""
 
 BOOL_SCHEMA: Mapping[str, Any] = {
     "type": "object",
@@ -66,8 +222,8 @@ def parse_bool(text: str) -> bool:
 
     Accepted: the JSON object ``{"answer": "yes"|"no"|true|false}``, a JSON
     boolean or string, or a bare ``yes`` / ``no`` / ``true`` / ``false``
-    (any case, surrounding punctuation allowed). Anything else is an error,
-    never a silent default.
+    (any case, surrounding punctuation allowed). Anything else, an empty
+    answer included, is an error, never a silent default.
 
     Examples
     --------
@@ -78,7 +234,7 @@ def parse_bool(text: str) -> bool:
     ...
     semframe.core.parse.ParseError: expected a yes/no answer, got 'maybe, it depends'
     """
-    stripped = text.strip()
+    stripped = _require_text(text)
     value: Any = stripped
     if stripped[:1] in '{"' or stripped in {"true", "false"}:
         try:
@@ -160,6 +316,20 @@ class FieldSpec:
         """``value`` if it has this field's type, else :class:`ParseError`.
 
         No coercion beyond integral floats for ``int`` and ints for ``float``.
+        A ``float`` field takes finite numbers only: ``NaN`` and ``Infinity``
+        (which Python's JSON reader accepts, though JSON has neither) are
+        errors, also for a nullable field, which takes ``null`` for a missing
+        value. ``NaN`` would otherwise become a missing value in the frame,
+        indistinguishable from ``null``, on a field that may not be null.
+
+        Examples
+        --------
+        >>> FieldSpec("score", "float").validate(7)
+        7.0
+        >>> FieldSpec("score", "float", nullable=True).validate(float("nan"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        semframe.core.parse.ParseError: field 'score' is nan, expected a float value or null ...
         """
         if value is None:
             if self.nullable:
@@ -179,6 +349,12 @@ class FieldSpec:
         elif kind == "float":
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             value = float(value) if ok else value
+            if ok and not math.isfinite(value):
+                msg = (
+                    f"field {self.name!r} is {value!r}, expected {self._describe()} (a finite "
+                    "number; NaN and Infinity are not numbers here)"
+                )
+                raise ParseError(msg)
         elif kind == "list[str]":
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         else:
@@ -189,8 +365,11 @@ class FieldSpec:
         return value
 
     def _describe(self) -> str:
+        article = "an" if self.kind[0] in "aeiou" else "a"
         text = (
-            f"one of {list(self.choices)!r}" if self.kind == "literal" else f"a {self.kind} value"
+            f"one of {list(self.choices)!r}"
+            if self.kind == "literal"
+            else f"{article} {self.kind} value"
         )
         return text + (" or null" if self.nullable else "")
 
@@ -298,7 +477,7 @@ def record_spec(schema: object) -> tuple[OutputSpec, tuple[FieldSpec, ...]]:
     >>> spec.parse('{"year": "1979", "tags": []}')
     Traceback (most recent call last):
     ...
-    semframe.core.parse.ParseError: field 'year' is '1979', expected a int value
+    semframe.core.parse.ParseError: field 'year' is '1979', expected an int value
     """
     model: Any = None
     if isinstance(schema, type) and hasattr(schema, "model_fields"):
@@ -329,7 +508,7 @@ def record_spec(schema: object) -> tuple[OutputSpec, tuple[FieldSpec, ...]]:
     names = [f.name for f in fields]
 
     def parse(text: str) -> tuple[Any, ...]:
-        obj = _json_object(text)
+        obj = _json_object(_require_text(text))
         if not isinstance(obj, dict):
             msg = f"expected a JSON object with keys {names!r}, got {_shorten(text.strip())!r}"
             raise ParseError(msg)
@@ -373,7 +552,14 @@ def label_spec(labels: object, *, multi: bool = False) -> OutputSpec:
     Accepted answers: ``{"answer": label}`` (``{"answer": [labels]}`` with
     ``multi``), a JSON string or list, or the bare label text (any case,
     surrounding quotes and punctuation ignored; with ``multi`` labels separated
-    by commas). A label that is not one of ``labels`` is an error.
+    by commas). A label that is not one of ``labels`` is an error, and so is
+    an empty answer.
+
+    With ``multi``, "no label applies" is an explicit empty JSON list
+    (``{"answer": []}`` or ``[]``), the form the instruction asks for, and
+    parses to ``[]``. Text that names no label at all (an empty or
+    whitespace-only answer, ``{"answer": ""}``, or only commas) is an error,
+    not ``[]``: nothing in it says the model looked at the labels.
 
     Raises
     ------
@@ -388,6 +574,12 @@ def label_spec(labels: object, *, multi: bool = False) -> OutputSpec:
     ('comedy', 'horror', 'drama')
     >>> label_spec(["a", "b", "c"], multi=True).parse("c, a")
     ['a', 'c']
+    >>> label_spec(["a", "b", "c"], multi=True).parse('{"answer": []}')
+    []
+    >>> label_spec(["a", "b", "c"], multi=True).parse("")
+    Traceback (most recent call last):
+    ...
+    semframe.core.parse.ParseError: empty answer: the model returned no text
     >>> spec.parse("western")
     Traceback (most recent call last):
     ...
@@ -420,6 +612,7 @@ def label_spec(labels: object, *, multi: bool = False) -> OutputSpec:
 
     def parse(text: str) -> Any:
         value: Any
+        _require_text(text)
         try:
             value = _json_object(text)
         except ParseError:
@@ -430,6 +623,12 @@ def label_spec(labels: object, *, multi: bool = False) -> OutputSpec:
             return one(value, text)
         if isinstance(value, str):
             value = [v for v in value.split(",") if v.strip()]
+            if not value:  # text naming no label: only an explicit [] means "none applies"
+                msg = (
+                    f"expected a list of labels from {names!r} ([] when none applies), "
+                    f"got {_shorten(text.strip())!r}"
+                )
+                raise ParseError(msg)
         if not isinstance(value, list):
             msg = f"expected a list of labels from {names!r}, got {_shorten(text.strip())!r}"
             raise ParseError(msg)

@@ -11,6 +11,11 @@ the instructions and the group's key as a prefix.
 
 Inside a chunk, fields whose value is the same on every row of the chunk are
 written once (``shared by all rows:``) rather than on every row.
+
+An answer cut at ``max_tokens`` is asked again, then fails its group. With
+``truncated="keep"`` a cut answer is used as it is (a partial answer is
+combined at the next level) and the group's answer is marked True in a
+``<out>_truncated`` column when any answer it was built from was cut.
 """
 
 from __future__ import annotations
@@ -30,7 +35,13 @@ from semframe.core.table import Table, fence
 from semframe.core.template import Template, compile_template
 from semframe.cost.estimate import Estimate
 from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
-from semframe.operators.common import apply_truncate, check_new_columns, check_options
+from semframe.operators.common import (
+    apply_truncate,
+    check_new_columns,
+    check_options,
+    check_truncated_column,
+    was_cut,
+)
 from semframe.runtime.call import Call, Runner
 from semframe.runtime.estimate import estimate_first_round
 
@@ -209,6 +220,7 @@ def _compile(
     check_new_columns(frame, [out])
     if cfg["errors"] == "keep":
         check_new_columns(frame, [f"{out}_error"], "error column")
+    check_truncated_column(frame, cfg, f"{out}_truncated", [out])
 
     # Rows in the GGR order of the fields; groups in order of first appearance.
     ordering = _reorder.order(table, cfg["reorder"])
@@ -353,7 +365,8 @@ def _level_plan(  # noqa: PLR0917
     data: dict[str, tuple[str, ...]] = {b: tuple(k[i] for k, _ in items) for i, b in enumerate(by)}
     data[field] = tuple(text for _, text in items)
     table = Table((*by, field), data, len(items))
-    rq = RelQuery("agg", template, table, TEXT, system, (), max_tokens, cfg["temperature"])
+    spec = TEXT.with_truncated(cfg["truncated"])
+    rq = RelQuery("agg", template, table, spec, system, (), max_tokens, cfg["temperature"])
     # Items come grouped (a group's chunks in GGR row order); the key leads every
     # prompt so a group's requests share it. Reordering the level table itself
     # would lead with the unique chunk text instead.
@@ -397,6 +410,7 @@ def _run_agg(agg: _Agg, runner: Runner) -> Output:
     n_groups = len(agg.keys)
     answers: list[str | None] = [None] * n_groups
     errors: dict[int, str] = {}
+    cut: set[int] = set()  # groups with a kept cut answer anywhere in their reduction
     # Work items of the current level: (group, text, label) per request.
     pending: list[tuple[int, str, str]] = []
     level_plan = agg.plan.first
@@ -416,6 +430,8 @@ def _run_agg(agg: _Agg, runner: Runner) -> Output:
                     f"(after {outcome.attempts} attempt(s))"
                 )
                 continue
+            if was_cut(outcome):
+                cut.add(g)
             partials.setdefault(g, []).append(str(outcome.value))
         pending = []
         for g, texts in partials.items():
@@ -433,6 +449,9 @@ def _run_agg(agg: _Agg, runner: Runner) -> Output:
     # Each group's first row carries its key columns (dtypes kept); only the key
     # and answer columns are kept, under fresh labels.
     columns = [NewColumn(agg.out, answers)]
+    if cfg["truncated"] == "keep":
+        marks = [g in cut and g not in errors for g in range(n_groups)]
+        columns.append(NewColumn(f"{agg.out}_truncated", marks, "bool"))
     if cfg["errors"] == "keep":
         columns.append(NewColumn(f"{agg.out}_error", [errors.get(g) for g in range(n_groups)]))
     result = Output(rows=agg.firsts, keep=agg.by, columns=tuple(columns), fresh_labels=True)
@@ -440,7 +459,7 @@ def _run_agg(agg: _Agg, runner: Runner) -> Output:
         RowError(g, _key(agg, g), "agg", errors[g], 0) for g in range(n_groups) if g in errors
     ]
     if failed and cfg["errors"] != "keep":
-        raise RowErrors(failed, result)
+        raise RowErrors(failed, result, total=n_groups)
     return result
 
 

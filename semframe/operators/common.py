@@ -16,7 +16,7 @@ from typing import Any
 from semframe.backends import get_backend
 from semframe.config import ResolvedConfig, config
 from semframe.core.frames import Frame, NewColumn, Output
-from semframe.core.parse import BOOL, TEXT, OutputSpec
+from semframe.core.parse import BOOL, CUT_NOTE, TEXT, OutputSpec
 from semframe.core.plan import RelQuery, validate
 from semframe.core.table import Table
 from semframe.core.template import compile_template
@@ -35,11 +35,14 @@ __all__ = [
     "check_logprobs",
     "check_new_columns",
     "check_options",
+    "check_truncated_column",
     "compile_call",
     "compile_relquery",
     "describe",
     "finish",
     "row_errors",
+    "truncated_marks",
+    "was_cut",
 ]
 
 # A JSON answer {"answer": "yes"} takes up to ~25 tokens with the whitespace small
@@ -129,6 +132,37 @@ def check_error_column(frame: Frame, settings: Mapping[str, Any], name: str) -> 
         raise InputError(msg)
 
 
+def check_truncated_column(
+    frame: Frame, settings: Mapping[str, Any], name: str, new_columns: Sequence[str] = ()
+) -> None:
+    """With ``truncated="keep"``, fail if the marker column ``name`` would clash.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frame = Frame.of(pd.DataFrame({"t_truncated": [1]}))
+    >>> check_truncated_column(frame, {"truncated": "keep"}, "t_truncated")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.errors.InputError: truncated='keep' adds the column 't_truncated', which the frame ...
+    >>> check_truncated_column(frame, {"truncated": "error"}, "t_truncated")  # nothing is added
+    """
+    if settings["truncated"] != "keep":
+        return
+    if name in frame.columns:
+        msg = (
+            f"truncated='keep' adds the column {name!r}, which the frame already has; "
+            "rename that column first."
+        )
+        raise InputError(msg)
+    if name in new_columns:
+        msg = (
+            f"truncated='keep' adds the column {name!r}, which this call also adds; "
+            "choose another name for it."
+        )
+        raise InputError(msg)
+
+
 def compile_relquery(
     frame: Frame,
     template: str,
@@ -143,6 +177,7 @@ def compile_relquery(
     new_columns: Sequence[str] = (),
     what: str = "out",
     error_column: str | None = None,
+    truncated_column: str | None = None,
 ) -> Call:
     """Validate a row-by-row call (one request per row); sends nothing.
 
@@ -150,6 +185,12 @@ def compile_relquery(
     whole from the result cache is never ordered or rendered). The columns
     the result will add are checked too: ``new_columns`` (named ``what`` in
     messages) must not exist, nor ``error_column`` with ``errors="keep"``.
+
+    An operator that marks kept cut answers names its marker column
+    ``truncated_column``: with ``truncated="keep"`` that column is checked
+    like the others and ``output`` keeps cut answers that parse
+    (:meth:`~semframe.core.parse.OutputSpec.with_truncated`). Without it, an
+    answer cut at ``max_tokens`` is always an error, whatever the setting.
 
     Raises
     ------
@@ -159,13 +200,16 @@ def compile_relquery(
     parsed = compile_template(template, frame.columns)
     limit = check_options(op, max_tokens, system)
     table = apply_truncate(frame.table(parsed.fields), truncate)
+    if truncated_column is not None:
+        check_truncated_column(frame, settings, truncated_column, new_columns)
+        output = output.with_truncated(settings["truncated"])
     rq = RelQuery(
         op=op,
         template=parsed,
         table=table,
         output=output,
         system=system,
-        examples=tuple(examples or ()),
+        examples=_examples(examples, parsed.fields),
         max_tokens=limit,
         temperature=settings["temperature"],
     )
@@ -174,6 +218,42 @@ def compile_relquery(
     if error_column is not None:
         check_error_column(frame, settings, error_column)
     return Call(frame.labels, settings, Recipe(rq, settings["reorder"]))
+
+
+def _examples(examples: object, fields: Sequence[str]) -> tuple[Mapping[str, object], ...]:
+    """``examples`` as a tuple; an :class:`InputError` unless it is a list (or tuple).
+
+    Its items are checked by :func:`~semframe.core.plan.check_examples`.
+
+    Examples
+    --------
+    >>> _examples(None, ["t"])
+    ()
+    >>> _examples(5, ["t"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.errors.InputError: examples must be a list of mappings, each with the keys ['t', 'answer'], got int (5).
+    """  # noqa: E501
+    if examples is None:
+        return ()
+    if isinstance(examples, list | tuple):
+        return tuple(examples)
+    keys = [*fields, "answer"]
+    hint = (
+        "; wrap the one example in a list, examples=[{...}]"
+        if isinstance(examples, Mapping)
+        else ""
+    )
+    msg = (
+        f"examples must be a list of mappings, each with the keys {keys!r}, got "
+        f"{type(examples).__name__} ({_short_repr(examples)}){hint}."
+    )
+    raise InputError(msg)
+
+
+def _short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def compile_call(
@@ -224,6 +304,32 @@ def describe(outcome: Outcome) -> str:
     return f"{outcome.error_kind}: {outcome.error} (after {outcome.attempts} attempt(s))"
 
 
+def was_cut(outcome: Outcome) -> bool:
+    """Whether ``outcome`` has a value that was cut at ``max_tokens`` and kept.
+
+    Such an outcome (``truncated="keep"``) has no error kind and a note in
+    ``error`` starting with :data:`~semframe.core.parse.CUT_NOTE`.
+    """
+    note = outcome.error
+    return outcome.error_kind is None and note is not None and note.startswith(CUT_NOTE)
+
+
+def truncated_marks(
+    call: Call, outcomes: Sequence[Outcome], name: str, rows: Sequence[int] | None = None
+) -> list[NewColumn]:
+    """The marker column of kept cut answers: ``[]`` unless the call keeps them.
+
+    With ``truncated="keep"`` (the call's answer format keeps cut answers),
+    one bool column ``name``: True where the row's value is an answer cut at
+    ``max_tokens``, False elsewhere (failed rows included: their error says
+    why). ``rows`` picks the outcomes of the result's rows (``filter``).
+    """
+    if not call.relquery.output.keeps_truncated:
+        return []
+    picked = outcomes if rows is None else [outcomes[i] for i in rows]
+    return [NewColumn(name, [was_cut(o) for o in picked], "bool")]
+
+
 def row_errors(labels: Sequence[object], outcomes: Sequence[Outcome]) -> list[RowError]:
     """One :class:`~semframe.errors.RowError` per failed outcome (row order)."""
     return [
@@ -246,7 +352,7 @@ def finish(call: Call, outcomes: Sequence[Outcome], output: Output, error_column
         return output.with_columns(NewColumn(error_column, reasons))
     errors = row_errors(call.labels, outcomes)
     if errors:
-        raise RowErrors(errors, output)
+        raise RowErrors(errors, output, total=len(outcomes))
     return output
 
 

@@ -406,7 +406,7 @@ class Join:
             columns = (NewColumn("llm_error", reasons),)
         result = Output(rows=[jc.pairs[i][0] for i in chosen], columns=columns, right=right)
         if errors and not keep_errors:
-            raise RowErrors(errors, result)
+            raise RowErrors(errors, result, total=len(outcomes))
         return result
 
 

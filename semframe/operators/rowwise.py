@@ -4,6 +4,14 @@ Each compiles one relQuery with one request per row (:func:`compile_relquery`),
 runs it once, and turns the outcomes into new columns (or, for ``filter``, a
 choice of rows). They differ only in the answer format and in how answers
 become the result; :mod:`semframe.operators.cascade` reuses both.
+
+What counts as an answer is the same for all four: an empty (or
+whitespace-only) answer and one cut at ``max_tokens`` are asked again, then
+reported as row errors (``RowErrors``, or the error column with
+``errors="keep"``), never turned into a value. With ``truncated="keep"`` a
+cut answer that still parses is kept and marked True in a bool column
+(``<out>_truncated`` for ``map`` and ``classify``, ``llm_truncated`` for
+``filter`` and ``extract``), added to every result of such a call.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from semframe.operators.common import (
     describe,
     finish,
     row_errors,
+    truncated_marks,
 )
 from semframe.runtime.call import Call, Runner, with_logprobs
 from semframe.runtime.estimate import estimate_call
@@ -107,7 +116,10 @@ class _Rowwise:
 
 
 class Map(_Rowwise):
-    """``df.llm.map``: the answer of every row in a new column."""
+    """``df.llm.map``: the answer of every row in a new column.
+
+    An empty answer is not ``''``: it is asked again, then a row error.
+    """
 
     name = "map"
 
@@ -123,6 +135,7 @@ class Map(_Rowwise):
             settings=cfg,
             new_columns=[out],
             error_column=f"{out}_error",
+            truncated_column=f"{out}_truncated",
             **args,
         )
         return RowwiseCall(frame, call, out)
@@ -130,10 +143,10 @@ class Map(_Rowwise):
     def output(
         self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
     ) -> Output:
-        answers = NewColumn(compiled.out, [o.value for o in outcomes])
-        return finish(
-            compiled.call, outcomes, Output(columns=(answers, *extra)), f"{compiled.out}_error"
-        )
+        call, out = compiled.call, compiled.out
+        answers = NewColumn(out, [o.value for o in outcomes])
+        marks = truncated_marks(call, outcomes, f"{out}_truncated")
+        return finish(call, outcomes, Output(columns=(answers, *marks, *extra)), f"{out}_error")
 
 
 class Filter(_Rowwise):
@@ -142,30 +155,52 @@ class Filter(_Rowwise):
     name = "filter"
 
     def compile(self, frame: Frame, template: str, **kwargs: Any) -> RowwiseCall:
+        """Validate a ``filter`` call; with ``errors="keep"`` ``llm_error`` must not exist yet."""
         args, cfg = _split(kwargs)
-        call = compile_relquery(frame, template, op="filter", output=BOOL, settings=cfg, **args)
+        call = compile_relquery(
+            frame,
+            template,
+            op="filter",
+            output=BOOL,
+            settings=cfg,
+            error_column="llm_error",
+            truncated_column="llm_truncated",
+            **args,
+        )
         return RowwiseCall(frame, call)
 
     def output(
         self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
     ) -> Output:
+        """The rows answered yes and the failed rows; ``llm_error`` says why a row failed.
+
+        With ``errors="raise"`` the result attached to ``RowErrors`` has the
+        ``llm_error`` column too, unless the frame has a column of that name
+        (it is never overwritten; the exception lists the errors).
+        """
         keep = [i for i, o in enumerate(outcomes) if o.value is True or o.error_kind is not None]
         columns = [NewColumn(c.name, [c.values[i] for i in keep], c.dtype) for c in extra]
+        columns.extend(truncated_marks(compiled.call, outcomes, "llm_truncated", keep))
         errors = row_errors(compiled.call.labels, outcomes)
         as_column = compiled.settings["errors"] == "keep"
-        if errors or as_column:
+        if as_column or (errors and "llm_error" not in compiled.frame.columns):
             reasons = [
                 None if outcomes[i].error_kind is None else describe(outcomes[i]) for i in keep
             ]
             columns.append(NewColumn("llm_error", reasons))
         result = Output(rows=keep, columns=tuple(columns))
         if errors and not as_column:
-            raise RowErrors(errors, result)
+            raise RowErrors(errors, result, total=len(outcomes))
         return result
 
 
 class Extract(_Rowwise):
-    """``df.llm.extract``: typed fields of every row, one new column each."""
+    """``df.llm.extract``: typed fields of every row, one new column each.
+
+    An answer that breaks the schema is asked again, then a row error; that
+    includes ``NaN`` or ``Infinity`` for a ``float`` field, nullable or not
+    (a nullable field takes ``null``; see :meth:`FieldSpec.validate`).
+    """
 
     name = "extract"
     required: tuple[str, ...] = ("schema",)
@@ -182,6 +217,7 @@ class Extract(_Rowwise):
             new_columns=[f.name for f in fields],
             what="schema field",
             error_column="llm_error",
+            truncated_column="llm_truncated",
             **args,
         )
         return RowwiseCall(frame, call, fields=fields)
@@ -195,11 +231,20 @@ class Extract(_Rowwise):
             )
             for i, f in enumerate(compiled.fields)
         )
-        return finish(compiled.call, outcomes, Output(columns=(*columns, *extra)), "llm_error")
+        marks = truncated_marks(compiled.call, outcomes, "llm_truncated")
+        return finish(
+            compiled.call, outcomes, Output(columns=(*columns, *marks, *extra)), "llm_error"
+        )
 
 
 class Classify(_Rowwise):
-    """``df.llm.classify``: one (or several) of a fixed set of labels for every row."""
+    """``df.llm.classify``: one (or several) of a fixed set of labels for every row.
+
+    With ``multi=True`` the answer ``{"answer": []}`` (an explicit empty list)
+    means no label applies and gives ``[]``; an empty answer, or text that
+    names no label, is asked again, then a row error (see
+    :func:`~semframe.core.parse.label_spec`).
+    """
 
     name = "classify"
     required: tuple[str, ...] = ("labels",)
@@ -233,6 +278,7 @@ class Classify(_Rowwise):
             settings=cfg,
             new_columns=[out, *(confidence_columns(out, names, multi) if confidence else ())],
             error_column=f"{out}_error",
+            truncated_column=f"{out}_truncated",
             **args,
         )
         if confidence:
@@ -262,6 +308,7 @@ class Classify(_Rowwise):
                     for c, o in zip(found, outcomes, strict=True)
                 ]
                 columns.append(NewColumn(f"{out}_confidence", values, "float"))
+        columns.extend(truncated_marks(call, outcomes, f"{out}_truncated"))
         return finish(call, outcomes, Output(columns=(*columns, *extra)), f"{out}_error")
 
 

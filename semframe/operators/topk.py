@@ -305,7 +305,7 @@ def _run_topk(tk: _Topk, runner: Runner) -> Output:
         return Output(rows=rows, columns=(NewColumn("llm_error", reasons),))
     result = Output(rows=ranked)
     if errors:
-        raise RowErrors(errors, result)
+        raise RowErrors(errors, result, total=n)
     return result
 
 

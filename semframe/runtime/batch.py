@@ -5,7 +5,10 @@ requests each). Results come back by custom id (``r<plan position>``) and are
 mapped to rows, so order never depends on the provider. Requests that failed in
 a retryable way (rate limits, server errors, expiry) or whose answers did not
 parse are sent again in a further round, up to the retry limits; refused ones
-become row errors at once.
+become row errors at once. Answers are judged by the same rule as a live
+run's (:func:`semframe.core.parse.accept`): an empty answer, or one cut at
+``max_tokens``, does not count as parsed (unless ``truncated="keep"`` keeps a
+cut answer that parses, marked and not stored in the result cache).
 
 Batches run for minutes to hours. As soon as a batch has been created, its id
 is written to a state file named by a digest of the backend, model and every
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from semframe.backends.base import Backend, BatchBackend, BatchResult
-from semframe.core.parse import ParseError
+from semframe.core.parse import ParseError, accept
 from semframe.core.plan import Plan
 from semframe.core.wire import Completion, Outcome
 from semframe.errors import ConfigError, RequestRejected, TransientError
@@ -148,12 +151,14 @@ def run_batch(
             if isinstance(result, Completion):
                 totals.add(result.usage)
                 raw[rid] = result.text
+                request = plan.requests[rid]
                 try:
-                    outcomes[rid] = Outcome(
-                        parse(result.text), result.text, None, None, attempts[rid]
+                    value, note = accept(
+                        parse, result.text, result.finish_reason, request.max_tokens
                     )
-                    if keep is not None:
-                        keep(plan.requests[rid], result)
+                    outcomes[rid] = Outcome(value, result.text, None, note, attempts[rid])
+                    if keep is not None and note is None:  # a kept cut answer is never stored
+                        keep(request, result)
                 except ParseError as exc:
                     if parse_left[rid] <= 0:
                         outcomes[rid] = Outcome(None, result.text, "parse", str(exc), attempts[rid])

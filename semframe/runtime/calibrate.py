@@ -67,7 +67,9 @@ def calibrate_local(
             ]
             table = Table.from_columns({"text": texts})
             prompt = "Continue this text with a few more words of your own: {text}"
-            rq = RelQuery("map", parse_template(prompt), table, TEXT, None, (), max_tokens, 0.0)
+            # answers are meant to run to max_tokens: a cut answer is kept, not asked again
+            spec = TEXT.with_truncated("keep")
+            rq = RelQuery("map", parse_template(prompt), table, spec, None, (), max_tokens, 0.0)
             plan = make_plan(rq, Ordering.identity(rows, ("text",)), "none")
             secs, stats = run(plan)
             if rnd < 0:

@@ -33,7 +33,7 @@ from semframe.backends import aio
 from semframe.backends.base import AsyncBackend, Backend
 from semframe.cache.keys import plan_keys
 from semframe.cache.serve import Served, serve_stored
-from semframe.core.parse import ParseError
+from semframe.core.parse import ParseError, accept
 from semframe.core.plan import Plan, PrefixGroup
 from semframe.core.wire import Completion, Outcome, Request, Usage
 from semframe.errors import (
@@ -152,8 +152,18 @@ def attempts(
     :class:`~semframe.core.wire.Completion` or the
     :class:`~semframe.errors.TransientError` /
     :class:`~semframe.errors.RequestRejected` the attempt raised; it returns
-    the :class:`~semframe.core.wire.Outcome`. ``keep`` is given every answer
-    that parsed.
+    the :class:`~semframe.core.wire.Outcome`.
+
+    Each answer goes through :func:`~semframe.core.parse.accept`: an empty
+    answer, one that does not parse, and one cut at ``max_tokens`` (finish
+    reason ``"length"`` or ``"max_tokens"``) are asked again up to
+    ``parse_retries`` times, then become a ``"parse"`` row error saying what
+    was wrong. A cut answer that parses is kept instead when ``parse`` keeps
+    cut answers (``truncated="keep"``): its outcome has a value and, in
+    ``error`` (with ``error_kind`` ``None``), a note starting with
+    :data:`~semframe.core.parse.CUT_NOTE`. ``keep`` (the result cache) is
+    given every answer that parsed and was not cut: a kept cut answer is
+    not stored, so a re-run asks for it again and marks it again.
     """
     tries = 0
     transient_left = max_retries
@@ -179,7 +189,7 @@ def attempts(
         with lock:
             totals.add(result.usage)
         try:
-            value = parse(raw)
+            value, note = accept(parse, raw, result.finish_reason, request.max_tokens)
         except ParseError as exc:
             if parse_left <= 0:
                 return Outcome(None, raw, "parse", str(exc), tries)
@@ -187,9 +197,9 @@ def attempts(
             with lock:
                 totals.retries += 1
             continue
-        if keep is not None:
+        if keep is not None and note is None:
             keep(request, result)
-        return Outcome(value, raw, None, None, tries, result.tokens)
+        return Outcome(value, raw, None, note, tries, result.tokens)
 
 
 def execute(
