@@ -176,11 +176,15 @@ def _cached_rows(path: Path) -> int:
 
 
 def _kill_when_cached(
-    child: subprocess.Popen[str], path: Path, n: int, timeout: float
+    child: subprocess.Popen[str],
+    path: Path,
+    n: int,
+    timeout: float,
+    ready: Callable[[], bool] = lambda: True,
 ) -> tuple[int, float]:
-    """SIGKILL ``child`` once ``n`` answers are committed; the count and the time of the kill."""
+    """SIGKILL ``child`` once ``n`` answers are committed (and ``ready()``); the count and time."""
     deadline = time.monotonic() + timeout
-    while _cached_rows(path) < n:
+    while _cached_rows(path) < n or not ready():
         if child.poll() is not None:
             out, err = child.communicate()
             pytest.fail(f"the child ended before the kill:\n{out}\n{err}")
@@ -226,7 +230,11 @@ def kill_and_resume_emulator(emu: ProviderEmulator, tmp: Path) -> FaultReport:
     child = _spawn(
         _EMULATOR_CHILD, str(tmp / "frame.pkl"), emu.openai_url, str(concurrency), TEMPLATE
     )
-    stored, _ = _kill_when_cached(child, cache, answered_first, timeout=60)
+    # and once a request is on its way: on a loaded machine the 12th answer can be
+    # committed before the next request has reached the provider
+    stored, _ = _kill_when_cached(
+        child, cache, answered_first, timeout=60, ready=lambda: hang.fired >= 1
+    )
     in_flight = hang.fired
     recorder = _recorder(emu)
     deadline = time.monotonic() + 10
