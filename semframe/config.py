@@ -73,6 +73,10 @@ def _opt_positive_int(value: object) -> int | None:
     return None if value is None or value == "" else _positive_int(value)
 
 
+def _opt_positive_float(value: object) -> float | None:
+    return None if value is None or value == "" else _positive_float(value)
+
+
 def _non_negative_int(value: object) -> int:
     number = int(str(value).strip()) if isinstance(value, str) else int(value)  # type: ignore[call-overload]
     if number < 0 or isinstance(value, bool):
@@ -206,7 +210,31 @@ SETTINGS: dict[str, Setting] = {
             "timeout",
             _positive_float,
             120.0,
-            "Seconds to wait for one API response before retrying it.",
+            "Most seconds one attempt of an API request may wait for its answer. Each "
+            "attempt's own limit is scaled to the request (10 s, plus 0.05 s per max_tokens "
+            "and 0.2 ms per prompt character), up to this.",
+        ),
+        Setting(
+            "connect_timeout",
+            _positive_float,
+            10.0,
+            "Seconds to connect to an API before the attempt fails (the endpoint is then "
+            "checked once, and a run against an address nothing answers stops at once).",
+        ),
+        Setting(
+            "row_timeout",
+            _opt_positive_float,
+            None,
+            "Most seconds one row's attempts may wait in all (pauses between them not "
+            "counted) before it is reported as failed. None: twice its attempt limit.",
+        ),
+        Setting(
+            "context_window",
+            _opt_positive_int,
+            None,
+            "Tokens one request may hold (prompt and output) where the backend cannot "
+            "tell: a model behind base_url that the server does not describe. None: ask "
+            "the server, else the largest window of any known model.",
         ),
         Setting(
             "rpm",

@@ -141,7 +141,7 @@ def test_run_aborted_keeps_answered_rows() -> None:
 def test_deadline_turns_a_hang_into_a_retry() -> None:
     plan = _plan(n_groups=1, per_group=2)
     backend = AsyncBackend(delay=5.0)
-    outcomes, _ = execute(plan, backend, max_retries=0, deadline=0.05, progress="off")
+    outcomes, _ = execute(plan, backend, max_retries=0, timeout=0.05, progress="off")
     assert all(o.error_kind == "backend" and "no answer within" in str(o.error) for o in outcomes)
 
 

@@ -73,3 +73,18 @@ def test_bad_env_and_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     (tmp_path / "semframe.toml").write_text("not toml [")
     with pytest.raises(ConfigError, match="cannot read"):
         semframe.config()
+
+
+def test_every_setting_is_in_the_configuration_page() -> None:
+    """docs/configuration.md has a row for each setting (and none for a setting that is gone)."""
+    from semframe.config import SETTINGS
+
+    page = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    table = page.split("## Settings", 1)[1]
+    rows = {
+        name
+        for cell in re.findall(r"^\| (`[^|]+`) \|", table, flags=re.MULTILINE)
+        for name in re.findall(r"`([a-z_]+)`", cell)
+    }
+    assert set(SETTINGS) - rows == set(), "settings missing from docs/configuration.md"
+    assert rows - set(SETTINGS) == set(), "docs/configuration.md lists unknown settings"

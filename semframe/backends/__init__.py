@@ -71,7 +71,7 @@ class BackendSpec:
     cost: str | Factory | None = None
 
 
-_API = ("client", "base_url", "timeout", "max_concurrency", "prices")
+_API = ("client", "base_url", "timeout", "connect_timeout", "max_concurrency", "prices")
 BACKENDS: dict[str, BackendSpec] = {
     "local": BackendSpec(
         "semframe.backends.local:create",
@@ -85,7 +85,7 @@ BACKENDS: dict[str, BackendSpec] = {
     ),
     "openai": BackendSpec(
         "semframe.backends.openai:create",
-        settings=_API,
+        settings=(*_API, "context_window"),
         secrets=("OPENAI_API_KEY",),
         cost="semframe.backends.openai:cost_model",
     ),
@@ -97,7 +97,7 @@ BACKENDS: dict[str, BackendSpec] = {
     ),
     "vllm": BackendSpec(
         "semframe.backends.vllm:create",
-        settings=(*_API, "vllm_scheduler", "vllm_args", "cache_dir"),
+        settings=(*_API, "context_window", "vllm_scheduler", "vllm_args", "cache_dir"),
         secrets=("OPENAI_API_KEY",),
     ),
     "fake": BackendSpec("semframe.backends.fake:create"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -85,11 +86,16 @@ def classify_error(
     status = getattr(exc, "status_code", None)
     detail = scrub(_message(exc), secrets)
     if name == "APITimeoutError" or isinstance(exc, TimeoutError):
-        return TransientError(f"{provider}: request timed out ({detail})")
+        return TransientError(
+            f"{provider}: request timed out ({detail})", maybe_billed=_was_sent(exc)
+        )
     if name == "APIConnectionError":
-        return TransientError(f"{provider}: connection failed ({detail})")
+        return TransientError(
+            f"{provider}: connection failed ({detail})", maybe_billed=_was_sent(exc)
+        )
     if name == "APIResponseValidationError" or isinstance(exc, json.JSONDecodeError):
-        return TransientError(f"{provider}: malformed response ({detail})")
+        # The provider answered (and billed); the body could not be read.
+        return TransientError(f"{provider}: malformed response ({detail})", maybe_billed=True)
     if isinstance(status, int):
         headers = getattr(getattr(exc, "response", None), "headers", None)
         text = f"{provider}: HTTP {status}: {detail}"
@@ -99,6 +105,31 @@ def classify_error(
             return RunAborted(text + _fatal_hint(status, provider))
         return RequestRejected(text)
     return exc if isinstance(exc, Exception) else SemframeError(detail)
+
+
+_NOT_SENT = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "ConnectionRefusedError"})
+"""Transport errors raised before a request reached the server: nothing can be billed."""
+
+
+def _was_sent(exc: BaseException) -> bool:
+    """Whether a connection error or timeout may have come after the provider got the request.
+
+    The SDKs wrap the transport's error (its ``__cause__``): failing to connect
+    means nothing was sent; a connection dropped while reading the answer, or
+    a read timeout, means the provider may have answered, and billed.
+    """
+    cause = exc.__cause__
+    while cause is not None:
+        if type(cause).__name__ in _NOT_SENT:
+            return False
+        cause = cause.__cause__
+    return True
+
+
+PROBE_SECONDS = 60.0
+"""An endpoint that answered a probe is not probed again for this long."""
+PROBE_TIMEOUT = 5.0
+"""Seconds a probe of the endpoint may take."""
 
 
 def _message(exc: BaseException) -> str:
@@ -138,6 +169,7 @@ class ApiBackend:
     _async: bool
     _secrets: tuple[str | None, ...]
     _owns_client: bool = False  # built here (closed here), not passed in by the caller
+    _reached_at: float | None = None  # when the endpoint last answered a probe
 
     async def acomplete(self, request: Request) -> Completion:
         """Send one request; raise semframe's error types on failure."""
@@ -161,13 +193,42 @@ class ApiBackend:
         return list(count_for_model(texts, self.model).tokens)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Call an SDK method (sync ones in a thread); SDK errors become semframe's."""
+        """Call an SDK method (sync ones in a thread); SDK errors become semframe's.
+
+        When a request cannot even connect, the endpoint is probed once: if
+        it cannot be reached either, the run stops at once naming the URL
+        (a wrong ``base_url``, a server that is not running) instead of every
+        row failing after its retries.
+        """
         try:
             if self._async:
                 return await fn(*args, **kwargs)
             return await asyncio.to_thread(fn, *args, **kwargs)
         except Exception as exc:
-            raise classify_error(exc, provider=self.name, secrets=self._secrets) from None
+            error = classify_error(exc, provider=self.name, secrets=self._secrets)
+            if isinstance(error, TransientError) and not _was_sent(exc):
+                await self._check_reachable(error)
+            raise error from None
+
+    async def _check_reachable(self, error: TransientError) -> None:
+        """Raise :class:`RunAborted` naming the endpoint when nothing answers there."""
+        now = time.monotonic()
+        if self._reached_at is not None and now - self._reached_at < PROBE_SECONDS:
+            return
+        probe = self._client.with_options(timeout=PROBE_TIMEOUT)
+        try:
+            if self._async:
+                await probe.models.list()
+            else:
+                await asyncio.to_thread(probe.models.list)
+        except Exception as exc:
+            if type(exc).__name__ in ("APIConnectionError", "APITimeoutError"):
+                msg = (
+                    f"{self.name}: cannot reach {self.endpoint} ({error}). Check base_url, "
+                    "and that the server there is running."
+                )
+                raise RunAborted(msg) from None
+        self._reached_at = time.monotonic()  # it answered (any HTTP status): a glitch
 
 
 def custom_id(request_id: int) -> str:

@@ -76,6 +76,8 @@ class AnthropicBackend(ApiBackend):
         Lifetime of the cache entries semframe writes.
     prices : mapping, optional
         Price-table overrides (they set the minimum cacheable length too).
+    connect_timeout : float
+        Seconds to connect before an attempt fails.
     """
 
     name = "anthropic"
@@ -91,6 +93,7 @@ class AnthropicBackend(ApiBackend):
         max_concurrency: int = MAX_CONCURRENCY,
         cache_ttl: str = "5m",
         prices: Mapping[str, Mapping[str, Any]] | None = None,
+        connect_timeout: float = 10.0,
     ) -> None:
         anthropic = _require()
         self.cost = anthropic_cost(model, prices, concurrency=max_concurrency, ttl=cache_ttl)
@@ -110,7 +113,9 @@ class AnthropicBackend(ApiBackend):
                 f"{type(client).__name__}."
             )
             raise ConfigError(msg)
-        self._client = client.with_options(timeout=timeout, max_retries=0)
+        self._client = client.with_options(
+            timeout=anthropic.Timeout(timeout, connect=connect_timeout), max_retries=0
+        )
         self._async = isinstance(client, anthropic.AsyncAnthropic)
         self._secrets = (getattr(client, "api_key", None), getattr(client, "auth_token", None))
         self.endpoint = str(self._client.base_url)
@@ -252,6 +257,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
         max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
         cache_ttl=settings["cache_ttl"],
         prices=settings["prices"],
+        connect_timeout=settings["connect_timeout"],
     )
 
 

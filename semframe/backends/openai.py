@@ -24,7 +24,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from semframe.backends import aio as _aio
-from semframe.backends._api import ApiBackend, custom_id, request_id_of, scrub
+from semframe.backends._api import (
+    PROBE_TIMEOUT,
+    ApiBackend,
+    custom_id,
+    jsonable,
+    request_id_of,
+    scrub,
+)
 from semframe.backends.base import BatchResult, BatchStatus, Capabilities
 from semframe.core.wire import Completion, Request, TokenLogprob, Usage
 from semframe.cost.models import OpenAICost, openai_cost, routing_key
@@ -53,6 +60,10 @@ def _require() -> Any:
         msg = "backend 'openai' needs the openai SDK: pip install 'semframe[openai]'"
         raise MissingDependencyError(msg) from None
     return openai
+
+
+LARGEST_WINDOW = max(window for _, window in _WINDOWS)
+"""The largest context window of any known model: a bound for a model nobody describes."""
 
 
 def context_window(model: str) -> int | None:
@@ -113,6 +124,13 @@ class OpenAIBackend(ApiBackend):
         Requests in flight at once.
     prices : mapping, optional
         Price-table overrides (the ``prices`` setting).
+    connect_timeout : float
+        Seconds to connect before an attempt fails.
+    window : int, optional
+        The model's context window when it is not a known OpenAI model (the
+        ``context_window`` setting); otherwise an OpenAI-compatible server is
+        asked (``/v1/models``), and a model nobody describes is bounded by the
+        largest known window.
     """
 
     name = "openai"
@@ -127,6 +145,8 @@ class OpenAIBackend(ApiBackend):
         timeout: float = 120.0,
         max_concurrency: int = MAX_CONCURRENCY,
         prices: Mapping[str, Mapping[str, Any]] | None = None,
+        connect_timeout: float = 10.0,
+        window: int | None = None,
     ) -> None:
         openai = _require()
         self.model = model
@@ -152,16 +172,22 @@ class OpenAIBackend(ApiBackend):
             raise ConfigError(msg)
         else:
             self._compatible = self._compatible or "api.openai.com" not in str(client.base_url)
-        self._client = client.with_options(timeout=timeout, max_retries=0)
+        self._client = client.with_options(
+            timeout=openai.Timeout(timeout, connect=connect_timeout), max_retries=0
+        )
         self._async = isinstance(client, openai.AsyncOpenAI)
         self._secrets = (getattr(client, "api_key", None),)
         self.endpoint = str(self._client.base_url)
+        if window is None:
+            window = context_window(model)
+        if window is None and self._compatible:
+            window = self._server_window()
         self.capabilities = Capabilities(
             prefix_cache="shared",
             json_schema=True,
             logprobs=True,
             max_concurrency=max_concurrency,
-            context_window=context_window(model),
+            context_window=window or LARGEST_WINDOW,
             async_io=True,
             batch_api=True,
             batch_limit=BATCH_LIMIT,
@@ -170,6 +196,38 @@ class OpenAIBackend(ApiBackend):
 
     def __repr__(self) -> str:
         return f"OpenAIBackend(model={self.model!r}, base_url={self.endpoint!r})"
+
+    def _server_window(self) -> int | None:
+        """The context window the server reports for the model (``/v1/models``), if any.
+
+        vLLM reports ``max_model_len``, llama.cpp ``meta.n_ctx_train``; a
+        server that does not answer, or says nothing, gives ``None``.
+        """
+        client = self._client.with_options(timeout=PROBE_TIMEOUT)
+
+        async def listed() -> Any:
+            return await client.models.list()
+
+        try:
+            page = _aio.run(listed()) if self._async else client.models.list()
+        except Exception:  # an unreachable server is named when a request fails
+            return None
+        for entry in getattr(page, "data", None) or []:
+            data = jsonable(entry)
+            if not isinstance(data, Mapping) or data.get("id") != self.model:
+                continue
+            found = data.get("meta")
+            meta: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+            for value in (
+                data.get("max_model_len"),
+                data.get("context_window"),
+                data.get("context_length"),
+                meta.get("n_ctx"),
+                meta.get("n_ctx_train"),
+            ):
+                if isinstance(value, int) and value > 0:
+                    return value
+        return None
 
     # -- one request -------------------------------------------------------------
 
@@ -370,6 +428,8 @@ def create(model: str | None, settings: Mapping[str, Any]) -> OpenAIBackend:
         timeout=settings["timeout"],
         max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
         prices=settings["prices"],
+        connect_timeout=settings["connect_timeout"],
+        window=settings["context_window"],
     )
 
 

@@ -379,7 +379,7 @@ class VllmServerBackend(OpenAIBackend):
             json_schema=True,
             logprobs=True,
             max_concurrency=limit,
-            context_window=None,
+            context_window=self.capabilities.context_window,  # the server's max_model_len
             relquery_aware=True,
             async_io=True,
         )
@@ -417,6 +417,8 @@ def create(model: str | None, settings: Mapping[str, Any]) -> VllmBackend | Vllm
             client=settings["client"],
             timeout=settings["timeout"],
             max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
+            connect_timeout=settings["connect_timeout"],
+            window=settings["context_window"],
         )
     return VllmBackend(
         model or DEFAULT_MODEL,

@@ -177,8 +177,8 @@ def check_context(call: Call, backend: Backend) -> None:
         label = call.labels[request.row]
         suggestion = max(1, length * budget // max(tokens, 1) // 2)
         msg = (
-            f"row {request.row} (label {label!r}) needs about {tokens} prompt tokens, but "
-            f"{backend.name}/{backend.model} allows {window} per request including "
+            f"row {request.row} (label {label!r}) needs about {tokens:,} prompt tokens, but "
+            f"{backend.name}/{backend.model} allows {window:,} per request including "
             f"max_tokens={plan.relquery.max_tokens}. Its longest cell is column {longest!r} "
             f"({length:,} characters). Shorten it, or pass truncate={{{longest!r}: "
             f"{suggestion}}} to cut cells to that many characters."
@@ -234,8 +234,8 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
                 progress=cfg["progress"],
                 rpm=cfg["rpm"],
                 tpm=cfg["tpm"],
-                # A guard above the SDK's own timeout, for servers that trickle bytes.
-                deadline=cfg["timeout"] * 1.5 + 5,
+                timeout=cfg["timeout"],
+                row_timeout=cfg["row_timeout"],
                 stop_when=stop_when,
                 cache=cache,
                 cache_keys=keys,

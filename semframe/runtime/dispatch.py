@@ -223,13 +223,23 @@ class AsyncDispatcher(_Groups):
 
     async def done(self, index: int, request: int) -> None:
         async with self.cond:
-            g = self.groups[index]
-            if request == g.start:
-                g.leader_done = True
-                if g.next < g.stop:
-                    self.open.append(index)
+            if request == self.groups[index].start:
+                self._open(index)
             self.in_flight -= 1
             self.cond.notify_all()
+
+    async def release(self, index: int) -> None:
+        """Let group ``index``'s other requests go before its leader is answered."""
+        async with self.cond:
+            self._open(index)
+            self.cond.notify_all()
+
+    def _open(self, index: int) -> None:
+        g = self.groups[index]
+        if not g.leader_done:
+            g.leader_done = True
+            if g.next < g.stop:
+                self.open.append(index)
 
     async def stop(self) -> None:
         async with self.cond:
@@ -245,6 +255,7 @@ async def run_async(
     record: Callable[[int, Outcome], None],
     should_stop: Callable[[int], bool] | None = None,
     halted: list[bool] | None = None,
+    hold: Callable[[Request], float] | None = None,
 ) -> None:
     """Send ``plan`` with up to ``workers`` requests in flight (:class:`AsyncDispatcher`).
 
@@ -252,7 +263,9 @@ async def run_async(
     included); ``record(position, outcome)`` keeps it. ``should_stop(in_flight)``
     is asked before each request is taken; when it says stop, requests in
     flight complete and ``halted`` gets ``True``. The first unexpected error
-    stops the workers and is raised.
+    stops the workers and is raised. With ``hold``, a group's other requests
+    wait for their leader at most ``hold(leader)`` seconds: a leader that
+    hangs does not hold its whole group back.
     """
     dispatcher = AsyncDispatcher(plan)
     dispatcher.should_stop = should_stop
@@ -264,8 +277,13 @@ async def run_async(
             if taken is None:
                 return
             index, pos = taken
+            request = plan.requests[pos]
             try:
-                record(pos, await drive(plan.requests[pos]))
+                if hold is not None and pos == dispatcher.groups[index].start:
+                    outcome = await _held(drive(request), hold(request), index, dispatcher)
+                else:
+                    outcome = await drive(request)
+                record(pos, outcome)
             except Exception as exc:
                 failures.append(exc)
                 await dispatcher.stop()
@@ -278,6 +296,21 @@ async def run_async(
         halted.append(True)
     if failures:
         raise failures[0]
+
+
+async def _held(
+    driving: Awaitable[Outcome], seconds: float, index: int, dispatcher: AsyncDispatcher
+) -> Outcome:
+    """Await a group leader's outcome; release its group after ``seconds`` without one."""
+    task = asyncio.ensure_future(driving)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+        if not done:
+            await dispatcher.release(index)
+        return await task
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 def backoff(attempt: int, retry_after: float | None) -> float:

@@ -13,7 +13,9 @@ request after another): it yields when the request should be sent or the
 driver should wait, and returns the :class:`~semframe.core.wire.Outcome`.
 Transient failures (timeouts, 429, 5xx) are retried with backoff (honouring
 ``Retry-After``), refusals are not, and an answer that does not parse is
-asked again once before it becomes a row error.
+asked again once before it becomes a row error. On the I/O loop a hung
+attempt is given up after its limit, and a row after its deadline
+(:mod:`semframe.runtime.deadlines`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from semframe.cache.serve import Served, serve_stored
 from semframe.core.parse import ParseError, accept
 from semframe.core.plan import Plan, PrefixGroup
 from semframe.core.wire import Completion, Outcome, Request, Usage
+from semframe.cost.framing import MESSAGE_OVERHEAD, REPLY_PRIMING
 from semframe.errors import (
     BudgetExceeded,
     RequestRejected,
@@ -44,6 +47,7 @@ from semframe.errors import (
     SemframeError,
     TransientError,
 )
+from semframe.runtime.deadlines import Deadlines, InFlight
 from semframe.runtime.dispatch import RateLimiter, backoff, run_async, run_threads
 from semframe.runtime.progress import Progress
 from semframe.runtime.stats import RunStats, record_run
@@ -62,9 +66,10 @@ __all__ = [
 ]
 
 StopWhen = Callable[[Usage, int, int], bool]
-"""``stop_when(spent, answered, in_flight)``: asked before each request is dispatched.
+"""``stop_when(spent, answered, in_flight)``: asked before each request is sent.
 
-``spent`` sums the usage reported so far (every attempt), ``answered`` counts
+``spent`` sums the usage reported so far (every attempt) and the charge for
+answers lost after they were sent (:meth:`Totals.charged`), ``answered`` counts
 requests with a final outcome and ``in_flight`` those sent and not yet
 answered. Returning True stops dispatching; requests in flight complete and
 are kept (see :func:`execute`)."""
@@ -87,6 +92,10 @@ class Totals:
     done: int = 0
     cache_hits: int = 0
     saved: Usage = field(default_factory=Usage)  # usage of rows served from the result cache
+    unconfirmed: int = 0  # answers lost after the provider may have billed them
+    unconfirmed_prompt: int = 0  # their prompt tokens, charged without a report
+    unconfirmed_output: int = 0  # their output, estimated (see ``output_charge``)
+    largest_output: int = 0  # the longest answer reported so far, in tokens
 
     def add(self, usage: Usage) -> None:
         """Count one answered attempt and its usage."""
@@ -94,12 +103,36 @@ class Totals:
         self.cached_tokens += usage.cached_tokens
         self.cache_write_tokens += usage.cache_write_tokens
         self.output_tokens += usage.output_tokens
+        self.largest_output = max(self.largest_output, usage.output_tokens)
         self.sent += 1
 
     def usage(self) -> Usage:
-        """The usage summed so far."""
+        """The usage reported so far."""
         return Usage(
             self.prompt_tokens, self.cached_tokens, self.cache_write_tokens, self.output_tokens
+        )
+
+    def output_charge(self, max_tokens: int) -> int:
+        """Output tokens to charge for a lost answer: the longest so far, else ``max_tokens``.
+
+        An estimate on the high side: the provider bills the answer it
+        produced, which no report shows; answers of one relQuery are alike.
+        """
+        return min(max_tokens, self.largest_output) if self.largest_output else max_tokens
+
+    def lost(self, prompt_tokens: int, max_tokens: int) -> None:
+        """Count an answer lost after it was sent: charged, unconfirmed."""
+        self.unconfirmed += 1
+        self.unconfirmed_prompt += prompt_tokens
+        self.unconfirmed_output += self.output_charge(max_tokens)
+
+    def charged(self) -> Usage:
+        """What may have been billed: the reported usage and the unconfirmed charge."""
+        return Usage(
+            self.prompt_tokens + self.unconfirmed_prompt,
+            self.cached_tokens,
+            self.cache_write_tokens,
+            self.output_tokens + self.unconfirmed_output,
         )
 
 
@@ -108,6 +141,7 @@ def run_stats(
 ) -> RunStats:
     """The statistics of a finished run (dollars from the backend's cost model)."""
     bill = backend.cost.bill
+    lost = Usage(prompt_tokens=totals.unconfirmed_prompt, output_tokens=totals.unconfirmed_output)
     return RunStats(
         op=plan.relquery.op,
         backend=backend.name,
@@ -124,10 +158,13 @@ def run_stats(
         wall_seconds=time.monotonic() - start,
         workers=workers,
         expected_hit_rate=plan.expected_hit_rate,
-        dollars=bill(totals.usage(), batch=batch),
+        dollars=bill(totals.charged(), batch=batch),
         batch=batch,
         cache_hits=totals.cache_hits,
         cache_saved_dollars=bill(totals.saved, batch=batch),
+        unconfirmed=totals.unconfirmed,
+        unconfirmed_tokens=lost.prompt_tokens + lost.output_tokens,
+        unconfirmed_dollars=bill(lost, batch=batch) if totals.unconfirmed else None,
     )
 
 
@@ -144,6 +181,8 @@ def attempts(
     max_retries: int,
     parse_retries: int,
     keep: Keep | None = None,
+    charge: Callable[[Request], int] | None = None,
+    may_retry: Callable[[], bool] | None = None,
 ) -> Generator[float | None, Completion | TransientError | RequestRejected | None, Outcome]:
     """The attempts of one request, as a generator shared by every driver.
 
@@ -164,17 +203,33 @@ def attempts(
     :data:`~semframe.core.parse.CUT_NOTE`. ``keep`` (the result cache) is
     given every answer that parsed and was not cut: a kept cut answer is
     not stored, so a re-run asks for it again and marks it again.
+
+    ``charge(request)`` gives the prompt tokens to charge for an answer lost
+    after it was sent (``TransientError.maybe_billed``), with the output of
+    the longest answer so far (:meth:`Totals.output_charge`): the provider
+    may have billed it and reported nothing.
+
+    ``may_retry()`` is asked before every attempt after the first (the
+    budget): when it says no, the request is not sent again and its outcome
+    is a ``"budget"`` error.
     """
     tries = 0
     transient_left = max_retries
     parse_left = parse_retries
     raw: str | None = None
     while True:
+        if tries and may_retry is not None and not may_retry():
+            why = f"not sent again after {tries} attempt(s): the budget was reached"
+            return Outcome(None, raw, "budget", why, tries)
         tries += 1
         result = yield SEND
         if isinstance(result, TransientError | RequestRejected):
+            lost = isinstance(result, TransientError) and result.maybe_billed
+            prompt = charge(request) if lost and charge is not None else 0
             with lock:
                 totals.sent += 1
+                if lost:
+                    totals.lost(prompt, request.max_tokens)
             if isinstance(result, RequestRejected) or transient_left <= 0:
                 return Outcome(None, raw, "backend", str(result), tries)
             transient_left -= 1
@@ -214,7 +269,8 @@ def execute(
     sleep: Callable[[float], None] = time.sleep,
     rpm: int | None = None,
     tpm: int | None = None,
-    deadline: float | None = None,
+    timeout: float | None = None,
+    row_timeout: float | None = None,
     stop_when: StopWhen | None = None,
     cache: ResultCache | None = None,
     cache_keys: Sequence[str | None] | None = None,
@@ -251,15 +307,23 @@ def execute(
     rpm, tpm : int, optional
         Client-side limits (async backends): requests and tokens per minute,
         tokens estimated as prompt bytes / 4 plus ``max_tokens``.
-    deadline : float, optional
-        Seconds after which one attempt of an async request counts as timed out
-        (a guard above the SDK's own timeout).
+    timeout : float, optional
+        The most one attempt of an async request may wait for its answer; the
+        limit of each attempt is scaled below it
+        (:class:`~semframe.runtime.deadlines.Deadlines`). ``None``: no limit
+        here (the backend's own timeout applies).
+    row_timeout : float, optional
+        With ``timeout``: the most one row may wait over all its attempts
+        (``None``: twice its attempt limit). A row past it is reported as a
+        ``"backend"`` error saying so.
     stop_when : callable, optional
         Budget hook (:data:`StopWhen`), asked before each request is
-        dispatched. When it returns True no further request is sent, requests
-        in flight complete, and :class:`~semframe.errors.BudgetExceeded` is
-        raised with ``outcomes`` (caller's row order, ``None`` for rows never
-        sent) and ``stats``.
+        dispatched and before each retry; the spend it is given includes the
+        charge for answers lost after they were sent. When it returns True no
+        further request is sent (a refused retry ends its row with a
+        ``"budget"`` error), requests in flight complete, and
+        :class:`~semframe.errors.BudgetExceeded` is raised with ``outcomes``
+        (caller's row order, ``None`` for rows never sent) and ``stats``.
     cache : ResultCache, optional
         The result cache (:mod:`semframe.cache`): cacheable requests found there
         are answered from it without being sent (an answer that no longer
@@ -299,13 +363,38 @@ def execute(
         send = tag_relquery(send)
     m = len(send.requests)
     workers = max(1, min(caps.max_concurrency, max_concurrency or m or 1, m or 1))
+    in_flight = InFlight()
     bar = None
     if progress != "off":
-        bar = Progress(n, f"{plan.relquery.op} on {backend.name}", mode=progress)
+        label = f"{plan.relquery.op} on {backend.name}"
+        bar = Progress(n, label, mode=progress, waiting=in_flight.waiting)
         if not bar.enabled:
             bar = None
         elif totals.cache_hits:
             bar.update(totals.done, 0, 0, 0)
+
+    def charge(request: Request) -> int:
+        """Prompt tokens of a request whose answer was lost: content and chat framing."""
+        texts = [request.prompt] if request.system is None else [request.prompt, request.system]
+        return sum(backend.count_tokens(texts)) + MESSAGE_OVERHEAD * len(texts) + REPLY_PRIMING
+
+    should_stop = None
+    if stop_when is not None:
+        hook = stop_when
+
+        def should_stop(in_flight: int) -> bool:
+            with lock:
+                spent = totals.charged()
+                answered = totals.done - totals.cache_hits
+            return hook(spent, answered, in_flight)
+
+    refused: list[bool] = []  # a retry the budget did not allow
+
+    def may_retry() -> bool:
+        if should_stop is None or not should_stop(in_flight.waiting()[0]):
+            return True
+        refused.append(True)
+        return False
 
     def start_attempts(request: Request) -> Generator[Any, Any, Outcome]:
         return attempts(
@@ -316,6 +405,8 @@ def execute(
             max_retries=max_retries,
             parse_retries=parse_retries,
             keep=keep,
+            charge=charge,
+            may_retry=may_retry,
         )
 
     def run_one(request: Request, slot: int | None) -> Outcome:
@@ -324,10 +415,13 @@ def execute(
         while True:
             result: Any = None
             if command is SEND:
+                in_flight.start(request.id)
                 try:
                     result = backend.complete(request, slot=slot)
                 except (TransientError, RequestRejected) as exc:
                     result = exc
+                finally:
+                    in_flight.stop(request.id)
             else:
                 sleep(command)
             try:
@@ -348,26 +442,18 @@ def execute(
     def record_at(pos: int, outcome: Outcome) -> None:  # ``pos`` in ``send``
         record(send.requests[pos].id, outcome)
 
-    should_stop = None
-    if stop_when is not None:
-        hook = stop_when
-
-        def should_stop(in_flight: int) -> bool:
-            with lock:
-                spent = totals.usage()
-                answered = totals.done - totals.cache_hits
-            return hook(spent, answered, in_flight)
-
     halted: list[bool] = []
     try:
         if m == 0:
             pass  # everything came from the result cache
         elif caps.async_io:
+            deadlines = None if timeout is None else Deadlines(timeout, row_timeout)
             drive = _async_driver(
                 cast(AsyncBackend, backend),
                 start_attempts,
                 RateLimiter(rpm, tpm) if (rpm or tpm) else None,
-                deadline,
+                deadlines,
+                in_flight,
             )
             aio.run(
                 run_async(
@@ -377,6 +463,7 @@ def execute(
                     record=record_at,
                     should_stop=should_stop,
                     halted=halted,
+                    hold=None if deadlines is None else deadlines.hold,
                 )
             )
         elif workers == 1:
@@ -403,7 +490,9 @@ def execute(
     except KeyboardInterrupt as exc:
         answered = sum(1 for o in outcomes if o is not None and o.error_kind is None)
         raise RunInterrupted(
-            interrupted_message(answered, n, stored=cache is not None),
+            interrupted_message(
+                answered, n, stored=cache is not None, in_flight=in_flight.waiting()[0]
+            ),
             answered=answered,
             outcomes=plan.restore(outcomes),
             stored=cache is not None,
@@ -416,10 +505,13 @@ def execute(
     done = [o for o in outcomes if o is not None]
     stats = run_stats(plan, backend, totals, start, workers, batch=False)
     record_run(stats)
-    if halted and len(done) != n:
+    if refused or (halted and len(done) != n):
+        answered = sum(1 for o in done if o.error_kind is None)
+        not_retried = sum(1 for o in done if o.error_kind == "budget")
         stop = BudgetExceeded(
-            f"stopped after {len(done)} of {n} requests: the budget hook said stop "
-            "(requests in flight were completed and kept)"
+            f"stopped after {answered} of {n} requests were answered: the budget hook said "
+            f"stop ({n - len(done)} not sent, {not_retried} not sent again after a lost "
+            "answer; requests in flight were completed and kept)"
         )
         stop.outcomes = plan.restore(outcomes)
         stop.stats = stats
@@ -430,7 +522,7 @@ def execute(
     return done, stats
 
 
-def interrupted_message(answered: int, rows: int, *, stored: bool) -> str:
+def interrupted_message(answered: int, rows: int, *, stored: bool, in_flight: int = 0) -> str:
     """What a user is told when Ctrl-C stops a run: what is kept, and how to resume.
 
     Examples
@@ -438,42 +530,66 @@ def interrupted_message(answered: int, rows: int, *, stored: bool) -> str:
     >>> interrupted_message(3, 10, stored=True)  # doctest: +NORMALIZE_WHITESPACE
     'interrupted: 3 of 10 rows had been answered; their answers are kept in the
     result cache, so running the same call again sends only the other 7.'
+    >>> print(interrupted_message(3, 10, stored=True, in_flight=4).split("7. ")[1])
+    4 request(s) were on their way and were dropped: the provider may bill them.
     """
     head = f"interrupted: {answered} of {rows} rows had been answered; "
     if stored:
-        return (
+        text = (
             head + "their answers are kept in the result cache, so running the same call "
             f"again sends only the other {rows - answered}."
         )
-    return head + (
-        "with cache=False they are not stored: they are in .outcomes of this exception "
-        "(turn the result cache on to resume a run)."
-    )
+    else:
+        text = head + (
+            "with cache=False they are not stored: they are in .outcomes of this exception "
+            "(turn the result cache on to resume a run)."
+        )
+    if in_flight:
+        text += (
+            f" {in_flight} request(s) were on their way and were dropped: the provider may "
+            "bill them."
+        )
+    return text
 
 
 def _async_driver(
     backend: AsyncBackend,
     start_attempts: Callable[[Request], Generator[Any, Any, Outcome]],
     limiter: RateLimiter | None,
-    deadline: float | None,
+    deadlines: Deadlines | None,
+    in_flight: InFlight,
 ) -> Callable[[Request], Any]:
-    """``drive(request)``: a coroutine stepping the request's attempts on the I/O loop."""
+    """``drive(request)``: a coroutine stepping the request's attempts on the I/O loop.
+
+    With ``deadlines``, an attempt that waits past its limit counts as a
+    timeout (retried like one; the provider may have billed it), and a row
+    whose attempts have waited its whole row limit is not sent again: it
+    ends with a ``"backend"`` error saying how long it waited.
+    """
 
     async def drive(request: Request) -> Outcome:
         steps = start_attempts(request)
         command = next(steps)
         estimate = (len(request.prompt) + len(request.system or "")) // 4 + request.max_tokens
+        waited = 0.0  # what this row's attempts have waited (Deadlines.counted)
+        tries = 0
+        last = ""
         while True:
             result: Any = None
             if command is SEND:
                 if limiter is not None:
                     await limiter.acquire(estimate)
+                tries += 1
+                in_flight.start(request.id)
+                start = time.monotonic()
                 try:
-                    result = await asyncio.wait_for(backend.acomplete(request), deadline)
-                except (TransientError, RequestRejected) as exc:
-                    result = exc
-                except TimeoutError:
-                    result = TransientError(f"no answer within {deadline:.0f} s")
+                    result = await _attempt(backend, request, deadlines, waited)
+                finally:
+                    in_flight.stop(request.id)
+                if deadlines is not None:
+                    waited += deadlines.counted(start, time.monotonic())
+                if isinstance(result, TransientError):
+                    last = str(result)
             else:
                 await asyncio.sleep(command)
             try:
@@ -481,8 +597,66 @@ def _async_driver(
             except StopIteration as stop:
                 outcome: Outcome = stop.value
                 return outcome
+            if deadlines is not None and waited >= deadlines.row_limit(request):
+                steps.close()
+                why = (
+                    f"no answer within the row's deadline: its {tries} attempt(s) waited "
+                    f"{waited:.0f} s, and a row may wait {deadlines.row_limit(request):.0f} s "
+                    f"({_row_rule(deadlines)})" + (f"; last: {last}" if last else "")
+                )
+                return Outcome(None, "", "backend", why, tries)
 
     return drive
+
+
+def _row_rule(deadlines: Deadlines) -> str:
+    if deadlines.row_timeout is not None:
+        return f"row_timeout={deadlines.row_timeout:g}"
+    return "twice its attempt limit; set row_timeout to change it"
+
+
+async def _attempt(
+    backend: AsyncBackend, request: Request, deadlines: Deadlines | None, waited: float
+) -> Completion | TransientError | RequestRejected:
+    """One attempt of ``request``: its answer, or the error it ended with.
+
+    With ``deadlines`` the wait is given up at the attempt's limit, or when
+    the row (whose earlier attempts ``waited``) reaches its limit, whichever
+    comes first; both are re-read every second while waiting (the limits
+    tighten once the run's first answers arrive).
+    """
+    if deadlines is None:
+        try:
+            return await backend.acomplete(request)
+        except (TransientError, RequestRejected) as exc:
+            return exc
+    start = time.monotonic()
+    task = asyncio.ensure_future(backend.acomplete(request))
+    try:
+        while True:
+            now = time.monotonic()
+            left = min(
+                start + deadlines.attempt_limit(request) - now,
+                deadlines.row_limit(request) - waited - deadlines.counted(start, now),
+            )
+            if left <= 0:
+                break
+            done, _ = await asyncio.wait({task}, timeout=min(left, 1.0))
+            if done:
+                try:
+                    completion = task.result()
+                except (TransientError, RequestRejected) as exc:
+                    return exc
+                deadlines.observe(time.monotonic() - start)
+                return completion
+        # Sent, and perhaps answered and billed after we gave up on it.
+        return TransientError(
+            f"no answer within {time.monotonic() - start:.0f} s ({deadlines.describe(request)})",
+            maybe_billed=True,
+        )
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 def tag_relquery(plan: Plan) -> Plan:

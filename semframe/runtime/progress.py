@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
+
+Waiting = Callable[[], tuple[int, float]]
+"""``() -> (requests waiting for an answer, seconds the longest has waited)``."""
 
 
 def _clock(seconds: float) -> str:
@@ -16,6 +21,10 @@ def _clock(seconds: float) -> str:
 
 class Progress:
     """Rows done, tokens, cached share, elapsed and ETA on one redrawn line.
+
+    With ``waiting``, the line also says how many requests are waiting for an
+    answer and how long the longest has waited, and it is redrawn every half
+    second even when no answer arrives (a hung request shows, and its wait grows).
 
     Parameters
     ----------
@@ -29,6 +38,8 @@ class Progress:
         Seconds before the first draw, so quick runs print nothing.
     stream : file, optional
         Where to draw (default: ``sys.stderr``).
+    waiting : callable, optional
+        Requests in flight and the longest wait (:data:`Waiting`).
 
     Examples
     --------
@@ -48,6 +59,7 @@ class Progress:
         mode: str = "auto",
         delay: float = 1.0,
         stream: TextIO | None = None,
+        waiting: Waiting | None = None,
     ) -> None:
         self.total = total
         self.label = label
@@ -62,6 +74,20 @@ class Progress:
         self.errors = 0
         self._last_draw = 0.0
         self._drawn = False
+        self.waiting = waiting
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        if self.enabled and waiting is not None:
+            threading.Thread(target=self._tick, name="semframe-progress", daemon=True).start()
+
+    def _tick(self) -> None:
+        """Redraw every half second until closed (answers may not be arriving)."""
+        while not self._closed.wait(0.5):
+            now = time.monotonic()
+            if now - self.start >= self.delay:
+                with self._lock:
+                    if not self._closed.is_set():
+                        self._draw(now)
 
     def update(
         self, rows: int, prompt_tokens: int = 0, cached_tokens: int = 0, errors: int = 0
@@ -79,7 +105,8 @@ class Progress:
         ):
             return
         self._last_draw = now
-        self._draw(now)
+        with self._lock:
+            self._draw(now)
 
     def _draw(self, now: float) -> None:
         elapsed = now - self.start
@@ -87,18 +114,28 @@ class Progress:
         eta = (self.total - self.rows) / rate if rate > 0 else 0.0
         share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
         err = f" | {self.errors} errors" if self.errors else ""
+        wait = ""
+        if self.waiting is not None:
+            count, longest = self.waiting()
+            if count:
+                wait = f" | {count} waiting"
+                if longest >= 5:
+                    wait += f" (longest {_clock(longest)})"
         line = (
-            f"\rsemframe {self.label}: {self.rows}/{self.total} rows | "
+            f"\rsemframe {self.label}: {self.rows}/{self.total} rows{wait} | "
             f"{self.prompt_tokens:,} prompt tok ({share:.0%} cached){err} | "
-            f"{_clock(elapsed)} elapsed | ETA {_clock(eta)}"
+            f"{_clock(elapsed)} elapsed | ETA {_clock(eta)}\x1b[K"
         )
         self.stream.write(line)
         self.stream.flush()
         self._drawn = True
 
     def close(self) -> None:
-        """Finish the line if anything was drawn."""
-        if self._drawn:
-            self._draw(time.monotonic())
-            self.stream.write("\n")
-            self.stream.flush()
+        """Finish the line if anything was drawn (and stop redrawing)."""
+        with self._lock:
+            self._closed.set()
+            if self._drawn:
+                self.waiting = None  # nothing is waiting any more
+                self._draw(time.monotonic())
+                self.stream.write("\n")
+                self.stream.flush()

@@ -30,12 +30,21 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class RunStats:
-    """Statistics of one operator call (``semframe.last_run()``).
+    """Statistics of one relQuery run (``semframe.last_run()``).
 
     Token figures are what the backend reported, summed over every attempt;
     rows served from the result cache send nothing and count in ``cache_hits``
     only (``cache_saved_dollars`` is what their stored usage would have cost;
     ``None`` where the model has no price).
+
+    A request whose answer was lost after it reached the provider (a dropped
+    connection, a truncated body, a read timeout) may have been billed with no
+    usage reported. It counts in ``unconfirmed``; ``unconfirmed_tokens`` is
+    the charge counted for those requests (their prompt tokens, uncached, and
+    as output the longest answer of the run so far, or ``max_tokens`` before
+    any: an estimate on the high side), and ``unconfirmed_dollars`` its price.
+    ``dollars`` is the reported usage's price plus that charge, so that a
+    budget is not passed by answers that were paid for and lost.
     """
 
     op: str
@@ -57,6 +66,9 @@ class RunStats:
     batch: bool = False
     cache_hits: int = 0
     cache_saved_dollars: float | None = None
+    unconfirmed: int = 0
+    unconfirmed_tokens: int = 0
+    unconfirmed_dollars: float | None = None
 
     @property
     def cached_share(self) -> float:
@@ -71,6 +83,12 @@ class RunStats:
             f"{self.cached_tokens:,} ({self.cached_share:.1%}), output {self.output_tokens:,} "
             f"tok; {self.wall_seconds:.2f} s with {self.workers} worker(s)"
             + (f"; ${self.dollars:.4f}" if self.dollars is not None else "")
+            + (
+                f" (with {self.unconfirmed} answer(s) lost after being sent, charged "
+                f"{self.unconfirmed_tokens:,} tok unconfirmed)"
+                if self.unconfirmed
+                else ""
+            )
             + (" (batch)" if self.batch else "")
             + (f"; {self.cache_hits} from the result cache" if self.cache_hits else "")
             + (
