@@ -46,15 +46,19 @@ def main() -> None:
     print(stats)
 
     sample = liked.head(args.summaries)
+    # A small model may run past max_tokens: keep such answers, marked, rather than
+    # failing their rows (the default, truncated="error", asks again, then reports them).
     summaries = sample.llm.map(
         "Summarize the review {review_content} of {movie_title} in one short sentence.",
         out="summary",
         max_tokens=40,
+        truncated="keep",
         backend=args.backend,
     )
     print()
     for _, row in summaries.iterrows():
-        print(f"- {row['movie_title']}: {row['summary']}")
+        cut = " [cut at max_tokens]" if row["summary_truncated"] else ""
+        print(f"- {row['movie_title']}: {' '.join(row['summary'].split())}{cut}")
     print(semframe.last_run())
 
 

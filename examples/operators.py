@@ -77,6 +77,7 @@ def main() -> None:
         by="movie_title",
         out="critics_say",
         max_tokens=60,
+        truncated="keep",  # a small model's sentence may run past 60 tokens: keep it, marked
         **opts,
     )
     print("agg (one answer per movie):")
