@@ -237,6 +237,14 @@ SETTINGS: dict[str, Setting] = {
             "the server, else the largest window of any known model.",
         ),
         Setting(
+            "warm_start",
+            _bool,
+            True,
+            "On a shared cache (the APIs, vLLM), send a run's first request alone and the "
+            "rest once it is answered, so the head every prompt shares is cached once, not "
+            "written by each request of the first wave. Costs one round trip.",
+        ),
+        Setting(
             "rpm",
             _opt_positive_int,
             None,

@@ -107,6 +107,36 @@ def test_group_members_wait_for_their_leader_then_fan_out() -> None:
     assert backend.peak >= 5
 
 
+@pytest.mark.parametrize("warm", [True, False])
+def test_warm_start_sends_the_first_request_alone(warm: bool) -> None:
+    plan = _plan(n_groups=4, per_group=3)
+    backend = AsyncBackend(concurrency=16)
+    execute(plan, backend, max_concurrency=16, progress="off", warm=warm)
+    first = plan.requests[0].id
+    before = backend.events[: backend.events.index(("done", first))]
+    if warm:  # the head every prompt shares is cached before anything else is sent
+        assert before == [("send", first)]
+    else:  # the first wave: one leader per group at once
+        assert [e for e in before if e[0] == "send"] == [
+            ("send", plan.requests[g.start].id) for g in plan.groups
+        ]
+
+
+def test_warm_start_in_the_estimators_replay() -> None:
+    from semframe.cost.simulate import simulate_async
+
+    groups = [(0, 3), (3, 6), (6, 9)]
+    for warm in (True, False):
+        sent: list[tuple[float, int]] = []
+        end = simulate_async(
+            groups, 9, 8, 1.0, 0.0, lambda r, t, s=sent: s.append((t, r)), warm=warm
+        )
+        at_zero = [r for t, r in sent if t == 0.0]
+        assert at_zero == ([0] if warm else [0, 3, 6])
+        assert end == (3.0 if warm else 2.0)  # one more round trip
+        assert sorted(r for _, r in sent) == list(range(9))
+
+
 def test_transient_errors_retried_with_retry_after_rejected_rows_not() -> None:
     plan = _plan(n_groups=1, per_group=4)
     backend = AsyncBackend()

@@ -31,6 +31,8 @@ PRICES = {
     "claude-test": {
         "provider": "anthropic",
         "input": 1.0,
+        "cache_write_5m": 1.25,
+        "cache_read": 0.1,
         "output": 5.0,
         "min_cacheable_tokens": 1024,
     }
@@ -106,6 +108,49 @@ def test_estimate_matches_the_emulator_bill(
         assert est.original.cached_tokens < p.cached_tokens
         assert est.savings is not None
         assert est.savings > 0
+
+
+def test_warm_start_writes_the_shared_head_once(emu: ProviderEmulator) -> None:
+    """20 rows of 10 movies on Anthropic: the head is written once, not per first-wave request.
+
+    Sent at once, each group's leader writes the ~1,650-token head; sent after
+    one request, it is written once and read by every other (the groups' own
+    fields are still written once per group). The estimate sees it.
+    """
+    df = _reviews(n_movies=10, per_movie=2)
+    base: dict[str, Any] = {
+        "backend": "anthropic",
+        "model": "claude-test",
+        "base_url": emu.anthropic_url,
+        "progress": "off",
+        "cache": False,
+    }
+    no_breakpoints = {"claude-test": {**PRICES["claude-test"], "min_cacheable_tokens": 10**9}}
+    bills = {}
+    for name, extra in {
+        "warm": {"prices": PRICES},
+        "at once": {"prices": PRICES, "warm_start": False},
+        "no directives": {"prices": no_breakpoints},
+    }.items():
+        emu.reset()
+        est = df.llm.filter(TEMPLATE, estimate=True, **base, **extra)
+        df.llm.filter(TEMPLATE, **base, **extra)
+        bill = emu.ledger.totals()
+        assert est.planned.cost is not None
+        billed_input = bill.cost.total - bill.cost.output
+        assert est.planned.cost.total - est.planned.cost.output == pytest.approx(
+            billed_input, rel=0.03
+        )
+        writers = [e for e in emu.ledger.entries() if e.cache_write_tokens]
+        bills[name] = (billed_input, writers)
+    warm, warm_writers = bills["warm"]
+    at_once, at_once_writers = bills["at once"]
+    assert warm < at_once / 3
+    assert warm < bills["no directives"][0] / 5
+    head = min(e.cache_write_tokens for e in at_once_writers)  # each first-wave leader's
+    assert len(at_once_writers) == 10  # one per group: every leader wrote the head
+    assert sum(e.cache_write_tokens >= head for e in warm_writers) == 1
+    assert bills["no directives"][1] == []
 
 
 def test_probe_measures_output_and_is_priced(emu: ProviderEmulator) -> None:

@@ -375,8 +375,15 @@ def timeouts(emu: ProviderEmulator) -> FaultReport:
     """Three requests hang past the client timeout; retried, each row paid for once per answer."""
     emu.faults.inject(Fault.hang(1.5), count=3)
     n = 12
+    # warm_start=False: the faults hit the next requests to arrive, and a warm start
+    # sends one request alone, so one row would meet them all in a row
     out = _frame(n).llm.map(
-        TEMPLATE, backend="openai", base_url=emu.openai_url, timeout=0.3, max_concurrency=4
+        TEMPLATE,
+        backend="openai",
+        base_url=emu.openai_url,
+        timeout=0.3,
+        max_concurrency=4,
+        warm_start=False,
     )
     stats = _stats()
     assert (stats.errors, stats.retries) == (0, 3)
@@ -398,7 +405,9 @@ def malformed_and_dropped(emu: ProviderEmulator) -> FaultReport:
     emu.faults.inject(Fault.drop(), count=3)
     emu.faults.inject(Fault.server_error(502), count=3)
     n = 20
-    out = _frame(n).llm.map(TEMPLATE, backend="openai", base_url=emu.openai_url)
+    out = _frame(n).llm.map(  # spread over the first wave (see ``timeouts``)
+        TEMPLATE, backend="openai", base_url=emu.openai_url, warm_start=False
+    )
     stats = _stats()
     assert (stats.errors, stats.retries) == (0, 9)
     return FaultReport(

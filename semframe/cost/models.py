@@ -138,6 +138,9 @@ class RunShape:
         semframe's directory (calibrations live there).
     latency : LatencyModel or None
         Per-request latency of an API backend (None: the model's own).
+    warm : bool
+        The first request goes alone, so the head every request shares is
+        cached before the rest are sent (the ``warm_start`` setting).
     """
 
     workers: int
@@ -145,6 +148,7 @@ class RunShape:
     out_mean: float
     cache_dir: Path
     latency: LatencyModel | None = None
+    warm: bool = True
 
 
 @dataclass(frozen=True)
@@ -345,6 +349,7 @@ class _ApiCost:
             send_s=lat.send_s,
             arrive=arrive,
             complete=complete,
+            warm=shape.warm,
         )
 
 

@@ -128,11 +128,15 @@ def simulate_async(  # noqa: PLR0917
     send_s: float,
     on_arrive: Callable[[int, float], None] | None = None,
     on_complete: Callable[[int, float], None] | None = None,
+    *,
+    warm: bool = False,
 ) -> float:
     """The API executor's dispatch (:class:`semframe.runtime.dispatch.AsyncDispatcher`) in time.
 
-    A prefix group's first request goes alone; its followers go once it has
-    been answered, ahead of new groups; at most ``workers`` requests are in
+    With ``warm`` (and more than one group) the first request goes alone and
+    nothing else is sent before it is answered. A prefix group's first request
+    goes alone; its followers go once it has been answered, ahead of new
+    groups; at most ``workers`` requests are in
     flight; the client sends one request per ``send_s``; each takes
     ``latency`` seconds. Latency being the same for all, requests complete in
     the order they arrive, so two FIFO queues replace an event heap. Returns
@@ -149,10 +153,11 @@ def simulate_async(  # noqa: PLR0917
     client_free = 0.0
     idle = workers
     end = 0.0
+    warming = warm and len(groups) > 1  # until the first request is answered
 
     def fill(now: float) -> None:
         nonlocal idle, client_free
-        while idle > 0:
+        while idle > 0 and not (warming and groups[0].next > groups[0].start):
             while open_ and groups[open_[0]].next >= groups[open_[0]].stop:
                 open_.popleft()
             if open_:
@@ -180,6 +185,8 @@ def simulate_async(  # noqa: PLR0917
         end = t
         idle += 1
         g = groups[group_of[r]]
+        if r == 0:
+            warming = False
         if r == g.start:
             g.leader_done = True
             if g.next < g.stop:
@@ -272,16 +279,18 @@ def replay(
     send_s: float,
     arrive: Callable[[int, float], None],
     complete: Callable[[int, float], None],
+    warm: bool = False,
 ) -> float | None:
     """Replay the executor's send order through ``arrive``/``complete``; its wall time.
 
     Batch runs go one after another with no wall time (``None``); live runs
-    follow the async dispatcher's model, each request taking ``latency``
-    seconds and the client ``send_s`` to send one.
+    follow the async dispatcher's model (``warm``: the first request alone),
+    each request taking ``latency`` seconds and the client ``send_s`` to send
+    one.
     """
     if batch:
         sequential(len(plan.requests), arrive, complete)
         return None
     return simulate_async(
-        bounds(plan), len(plan.requests), workers, latency, send_s, arrive, complete
+        bounds(plan), len(plan.requests), workers, latency, send_s, arrive, complete, warm=warm
     )

@@ -236,6 +236,7 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
                 tpm=cfg["tpm"],
                 timeout=cfg["timeout"],
                 row_timeout=cfg["row_timeout"],
+                warm=cfg["warm_start"],
                 stop_when=stop_when,
                 cache=cache,
                 cache_keys=keys,

@@ -10,12 +10,14 @@ after that group's first request has finished, so that the shared prefix is
 cached before anyone else needs it. Other groups keep the other slots busy
 meanwhile (:class:`GroupDispatcher`).
 
-Async backends share one cache (an API, vLLM): a group's first request goes
-alone and its followers are fanned out once it has been answered, ahead of new
-groups, under client-side rate limits (:class:`AsyncDispatcher`,
-:class:`RateLimiter`). The per-request work (attempts, retries, parsing) is
-the executor's (:mod:`semframe.runtime.execute`); this module only decides
-order and concurrency.
+Async backends share one cache (an API, vLLM): the plan's first request goes
+alone, so that the head every request shares is cached before the first
+wave; then a group's first request goes alone and its followers are fanned
+out once it has been answered, ahead of new groups, under client-side rate
+limits (:class:`AsyncDispatcher`, :class:`RateLimiter`). The per-request
+work (attempts, retries, parsing) is the executor's
+(:mod:`semframe.runtime.execute`); this module only decides order and
+concurrency.
 """
 
 from __future__ import annotations
@@ -194,12 +196,20 @@ class AsyncDispatcher(_Groups):
     any new group, as fast as concurrency allows, so a group's requests reach
     the provider close together in time while other groups' leaders keep the
     remaining capacity busy.
+
+    With ``warm``, the whole plan is the root group: its head (system message
+    and instructions) is shared by every request, so the plan's first request
+    goes alone and nothing else is sent until it has been answered (or
+    released, :meth:`release`). Without it the first wave (one leader per
+    group, up to the concurrency) would each write the same head.
     """
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, *, warm: bool = False) -> None:
         super().__init__(plan)
         self.open: deque[int] = deque()
         self.cond = asyncio.Condition()
+        self.warm = warm and len(self.groups) > 1  # one group: its leader goes alone anyway
+        self.warming = False  # the root request is on its way, unanswered
 
     async def take(self) -> tuple[int, int] | None:
         async with self.cond:
@@ -214,9 +224,12 @@ class AsyncDispatcher(_Groups):
                     self.open.popleft()
                 if self.open:
                     return self._pop(self.open[0])
-                if self.unstarted:
-                    return self._pop(self.unstarted.popleft())
-                if self.in_flight == 0:
+                if self.unstarted and not self.warming:
+                    index = self.unstarted.popleft()
+                    if self.warm:  # the plan's first request: the rest wait for it
+                        self.warm, self.warming = False, True
+                    return self._pop(index)
+                if self.in_flight == 0 and not self.warming:
                     return None
                 await self.cond.wait()
             return None
@@ -235,6 +248,8 @@ class AsyncDispatcher(_Groups):
             self.cond.notify_all()
 
     def _open(self, index: int) -> None:
+        if index == 0:
+            self.warming = False
         g = self.groups[index]
         if not g.leader_done:
             g.leader_done = True
@@ -256,6 +271,7 @@ async def run_async(
     should_stop: Callable[[int], bool] | None = None,
     halted: list[bool] | None = None,
     hold: Callable[[Request], float] | None = None,
+    warm: bool = False,
 ) -> None:
     """Send ``plan`` with up to ``workers`` requests in flight (:class:`AsyncDispatcher`).
 
@@ -265,9 +281,10 @@ async def run_async(
     flight complete and ``halted`` gets ``True``. The first unexpected error
     stops the workers and is raised. With ``hold``, a group's other requests
     wait for their leader at most ``hold(leader)`` seconds: a leader that
-    hangs does not hold its whole group back.
+    hangs does not hold its whole group back. With ``warm``, the plan's first
+    request goes alone, before any other group's (its head is everyone's).
     """
-    dispatcher = AsyncDispatcher(plan)
+    dispatcher = AsyncDispatcher(plan, warm=warm)
     dispatcher.should_stop = should_stop
     failures: list[BaseException] = []
 

@@ -271,6 +271,7 @@ def execute(
     tpm: int | None = None,
     timeout: float | None = None,
     row_timeout: float | None = None,
+    warm: bool = False,
     stop_when: StopWhen | None = None,
     cache: ResultCache | None = None,
     cache_keys: Sequence[str | None] | None = None,
@@ -316,6 +317,10 @@ def execute(
         With ``timeout``: the most one row may wait over all its attempts
         (``None``: twice its attempt limit). A row past it is reported as a
         ``"backend"`` error saying so.
+    warm : bool
+        Async backends: send the plan's first request alone and the rest once
+        it is answered, so the head every prompt shares is cached once
+        (:class:`~semframe.runtime.dispatch.AsyncDispatcher`).
     stop_when : callable, optional
         Budget hook (:data:`StopWhen`), asked before each request is
         dispatched and before each retry; the spend it is given includes the
@@ -464,6 +469,7 @@ def execute(
                     should_stop=should_stop,
                     halted=halted,
                     hold=None if deadlines is None else deadlines.hold,
+                    warm=warm,
                 )
             )
         elif workers == 1:
