@@ -13,8 +13,10 @@ re-checks with tiktoken, OpenAI's own tokenizer. Each scenario is then
 and every figure is compared with the fixture: tokens exactly, dollars to 1e-9.
 Output tokens depend on the answer, so only input-side dollars are compared.
 
-Where semframe disagrees with a published rule the case is marked
-``xfail(strict=True)`` with the figures that differ; see ``_FRAMING`` below.
+It found that semframe's OpenAI chat framing was one token short per request
+(the role's own token, which OpenAI's cookbook counts); estimator and emulator
+now frame as the cookbook does, and the API's own count of the cookbook's
+example is reproduced (``test_emulator_counts_the_cookbook_example_as_the_api_did``).
 """
 
 from __future__ import annotations
@@ -496,71 +498,24 @@ _PER_ENTRY: dict[str, Callable[[Any], Any]] = {
 }
 
 
-# ---------------------------------------------------------------- known disagreements
-
-# OpenAI's cookbook counts a chat message as 3 tokens plus the tokens of its role
-# ("user": 1) plus its content, and every reply primed with 3: one user message is
-# content + 7 (and reproduces the API's own count, see
-# test_published_chat_framing_reproduces_the_cookbook_count). semframe's chat framing
-# (shared by the estimator and the emulator) counts 3 per message with the role
-# inside them: content + 6. Every OpenAI request is therefore billed 1 prompt token
-# short, at the uncached-input price. Cached tokens agree (the shared prefix is the
-# same 3 tokens + the shared content either way).
-_FRAMING = ("prompt_tokens", "uncached_input_dollars", "input_dollars")
-
-
-def _framing_reason(s: Mapping[str, Any], figure: str, where: str) -> str:
-    """The xfail reason: expected vs semframe's figure, and why they differ."""
-    short: float = 1 if figure == "prompt_tokens" else PRICES[s["model"]]["input"] / PER
-    if where == "request":
-        expected = [r[figure] for r in s["requests"]]
-        got = [e - short for e in expected]
-        shown = f"expected {_fmt(expected)} per request, semframe gives {_fmt(got)}"
-    else:
-        total = s["totals"][figure]
-        shown = f"expected {_fmt(total)}, semframe gives {_fmt(total - short * len(s['order']))}"
-    return (
-        f"{figure}: {shown}. OpenAI's cookbook counts one user message as content + 7 "
-        f"tokens (3 per message + 1 for the role 'user' + 3 reply priming); semframe's chat "
-        f"framing (emulator and estimator) counts content + 6: 1 uncached token short per request"
-    )
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, list):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return f"{value:,}" if isinstance(value, int) else f"{value:.10g}"
-
-
-def _marks(s: Mapping[str, Any], figure: str, where: str) -> list[pytest.MarkDecorator]:
-    if s["provider"] != "openai" or figure not in _FRAMING:
-        return []
-    return [pytest.mark.xfail(strict=True, reason=_framing_reason(s, figure, where))]
-
-
-def _cases(where: str, figures: Callable[[Mapping[str, Any]], Sequence[str]]) -> list[Any]:
+def _cases(figures: Callable[[Mapping[str, Any]], Sequence[str]]) -> list[Any]:
     return [
-        pytest.param(s["name"], figure, marks=_marks(s, figure, where), id=f"{s['name']}-{figure}")
+        pytest.param(s["name"], figure, id=f"{s['name']}-{figure}")
         for s in DATA["scenario"]
         for figure in figures(s)
     ]
 
 
-_ESTIMATE_CASES = _cases("total", lambda s: TOTALS)
+_ESTIMATE_CASES = _cases(lambda s: TOTALS)
 _ORIGINAL_CASES = [
-    pytest.param(
-        s["name"],
-        figure,
-        marks=_marks(SCENARIOS[s["original"]], figure, "total"),
-        id=f"{s['name']}-original-{figure}",
-    )
+    pytest.param(s["name"], figure, id=f"{s['name']}-original-{figure}")
     for s in DATA["scenario"]
     if "original" in s
     for figure in TOTALS
 ]
-_BILL_CASES = _cases("total", lambda s: TOTALS)
-_REQUEST_CASES = _cases("request", lambda s: PER_REQUEST[s["provider"]])
-_LAST_RUN_CASES = _cases("total", lambda s: LAST_RUN)
+_BILL_CASES = _cases(lambda s: TOTALS)
+_REQUEST_CASES = _cases(lambda s: PER_REQUEST[s["provider"]])
+_LAST_RUN_CASES = _cases(lambda s: LAST_RUN)
 
 
 # ---------------------------------------------------------------- layout, then figures
@@ -640,15 +595,6 @@ def test_last_run_reports_the_hand_computed_tokens(
     _check(figure, getattr(run, figure), SCENARIOS[name]["totals"][figure])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "prompt_tokens: expected 124 (what the OpenAI API reported for the cookbook's "
-        "example messages on gpt-4o-mini), the emulator reports 104: its framing counts "
-        "neither the role of each message (6 x 1 token) nor the 'name' fields "
-        "(tokens_per_name + the name's tokens: 14 in all)"
-    ),
-)
 def test_emulator_counts_the_cookbook_example_as_the_api_did(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

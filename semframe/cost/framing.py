@@ -1,14 +1,20 @@
 """How a chat request becomes prompt tokens, as the estimator and the provider emulator count it.
 
-OpenAI publishes the rule for chat prompts (3 tokens per message and 3 that
-prime the reply); Anthropic publishes no tokenizer, so its requests are counted
-the same way, approximately. Both providers are tokenized with ``o200k_base``.
-Each message (the system prompt counts as one) is framed by
-``MESSAGE_OVERHEAD`` = 3 synthetic tokens (start, role, separator) placed
-before its content, and every prompt ends with ``REPLY_PRIMING`` = 3 tokens
-that open the assistant's reply. So::
+OpenAI publishes the rule for chat prompts (OpenAI cookbook, "How to count
+tokens with tiktoken"): every message costs 3 tokens plus the tokens of each
+of its values (its role, its content, and a ``name`` with 1 more), and every
+reply is primed with 3. So one user message is its content + 7 tokens, which
+is what the API reports. Anthropic publishes no tokenizer, so its requests are
+counted more simply, approximately: 3 tokens per message and 3 for the reply.
+Both providers are tokenized with ``o200k_base``. Each message (the system
+prompt counts as one) is framed by ``MESSAGE_OVERHEAD`` = 3 synthetic tokens
+(start, role, separator) placed before its content (on OpenAI followed by the
+role's own tokens, ``ROLE_TOKENS`` for every role semframe sends), and every
+prompt ends with ``REPLY_PRIMING`` = 3 tokens that open the assistant's reply.
+So::
 
-    prompt_tokens = sum(3 + content tokens of each message) + 3
+    OpenAI:    prompt_tokens = sum(3 + role tokens + content tokens) + 3
+    Anthropic: prompt_tokens = sum(3 + content tokens) + 3
 
 Content given as a list of text parts/blocks is tokenized part by part and
 concatenated. The synthetic tokens lie outside the vocabulary, so they never
@@ -19,8 +25,8 @@ a final block without breakpoint, so it is always ordinary input.
 Examples
 --------
 >>> toks = openai_prompt_tokens([{"role": "user", "content": "hello world"}])
->>> len(toks)  # 3 + 2 + 3
-8
+>>> len(toks)  # 3 + 1 ("user") + 2 + 3
+9
 >>> blocks = anthropic_blocks(None, [{"role": "user", "content": [
 ...     {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}},
 ...     {"type": "text", "text": " world"}]}])
@@ -39,15 +45,20 @@ from semframe.cost.tokens import encode
 __all__ = [
     "MESSAGE_OVERHEAD",
     "REPLY_PRIMING",
+    "ROLE_TOKENS",
     "FramingError",
     "anthropic_blocks",
+    "anthropic_framing",
+    "openai_framing",
     "openai_prompt_tokens",
     "prompt_text",
 ]
 
 MESSAGE_OVERHEAD = 3
 REPLY_PRIMING = 3
-_START, _SEP = 300_000, 300_001
+ROLE_TOKENS = 1
+"""Tokens of a role's own text on OpenAI ("system", "user", "assistant": one each)."""
+_START, _SEP, _NAME = 300_000, 300_001, 300_002
 _ROLES = {
     "system": 300_010,
     "developer": 300_011,
@@ -101,14 +112,39 @@ def _messages(messages: Any) -> list[Mapping[str, Any]]:
     return messages
 
 
+def _openai_header(role: str, name: Any = None) -> list[int]:
+    """A message's framing on OpenAI: 3 tokens, the role's text, and a name's (+1)."""
+    tokens = _header(role) + encode(role)
+    if isinstance(name, str) and name:
+        tokens += [_NAME, *encode(name)]
+    return tokens
+
+
 def openai_prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Prompt tokens of an OpenAI chat request (``messages`` as sent)."""
+    """Prompt tokens of an OpenAI chat request (``messages`` as sent).
+
+    Examples
+    --------
+    >>> len(openai_prompt_tokens([{"role": "system", "content": "Be brief."},
+    ...                           {"role": "user", "content": "hi", "name": "ann"}]))
+    17
+    """
     tokens: list[int] = []
     for i, m in enumerate(_messages(list(messages))):
-        tokens += _header(str(m["role"]))
+        tokens += _openai_header(str(m["role"]), m.get("name"))
         for part in _parts(m["content"], f"messages[{i}]"):
             tokens += encode(part["text"])
     return tokens + _header("assistant")
+
+
+def openai_framing() -> tuple[list[int], list[int], list[int]]:
+    """(system header, user header, reply priming) tokens of an OpenAI chat request."""
+    return _openai_header("system"), _openai_header("user"), _header("assistant")
+
+
+def anthropic_framing() -> tuple[list[int], list[int], list[int]]:
+    """(system header, user header, reply priming) tokens of an Anthropic request."""
+    return _header("system"), _header("user"), _header("assistant")
 
 
 def _ttl(block: Mapping[str, Any], where: str) -> TTL | None:

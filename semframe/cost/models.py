@@ -37,7 +37,7 @@ from semframe.cost.cachesim import (
     OpenAIRules,
 )
 from semframe.cost.calibration import LocalCalibration, load_calibration
-from semframe.cost.framing import openai_prompt_tokens
+from semframe.cost.framing import anthropic_framing, openai_framing
 from semframe.cost.pricing import Price, cost, price_for
 from semframe.cost.simulate import Encoder, Pieces, replay, simulate_async, slots_of
 from semframe.cost.tokens import count, encoding_for_model, encoding_name_for_model
@@ -234,14 +234,6 @@ def _tiktoken_encoder(model: str) -> Encoder:
     return encode
 
 
-def _chat_framing() -> tuple[list[int], list[int], list[int]]:
-    """(system header, user header, reply priming) tokens of a chat request."""
-    both = openai_prompt_tokens(
-        [{"role": "system", "content": ""}, {"role": "user", "content": ""}]
-    )
-    return both[:3], both[3:6], both[6:]
-
-
 def api_price(
     provider: str, model: str, prices: Mapping[str, Mapping[str, Any]] | None
 ) -> tuple[Price | None, str | None]:
@@ -277,6 +269,10 @@ class _ApiCost:
     def check(self) -> None:
         self._priced()
 
+    def _chat_framing(self) -> tuple[list[int], list[int], list[int]]:
+        """(system header, user header, reply priming) tokens of this provider's requests."""
+        return openai_framing()
+
     def _priced(self) -> Price:
         if self.price is None:
             raise ConfigError(self.problem or f"model {self.model!r} has no price.")
@@ -308,7 +304,7 @@ class _ApiCost:
         return Tokenizer(_tiktoken_encoder(self.model), choice.exact, choice.note)
 
     def framing_tokens(self, system: str | None, pieces: Pieces) -> int:
-        sys_h, user_h, reply = _chat_framing()
+        sys_h, user_h, reply = self._chat_framing()
         extra = len(sys_h) + len(pieces.tokens(system)) if system else 0
         return len(user_h) + len(reply) + extra
 
@@ -416,7 +412,7 @@ class OpenAICost(_ApiCost):
         price = self._priced()
         rules = OpenAIRules(min_tokens=price.min_cacheable_tokens, step=price.cache_step_tokens)
         sim = _FastOpenAICacheSim(rules)
-        sys_h, user_h, reply = _chat_framing()
+        sys_h, user_h, reply = self._chat_framing()
         system = plan.relquery.system
         head = (sys_h + pieces.tokens(system) if system else []) + user_h
         tickets: dict[int, Any] = {}
@@ -513,6 +509,9 @@ class AnthropicCost(_ApiCost):
     def _written(self, usage: Usage) -> int:
         return usage.cache_write_tokens
 
+    def _chat_framing(self) -> tuple[list[int], list[int], list[int]]:
+        return anthropic_framing()
+
     def _ttl(self) -> str:
         return self.ttl
 
@@ -542,7 +541,7 @@ class AnthropicCost(_ApiCost):
 
     def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
         sim = AnthropicCacheSim(AnthropicRules(min_tokens=self._priced().min_cacheable_tokens))
-        sys_h, user_h, reply = _chat_framing()
+        sys_h, user_h, reply = self._chat_framing()
         system = plan.relquery.system
         sys_block = [Block(tuple(sys_h + pieces.tokens(system)))] if system else []
         tickets: dict[int, Any] = {}

@@ -38,7 +38,7 @@ from semframe.cache.serve import Served, serve_stored
 from semframe.core.parse import ParseError, accept
 from semframe.core.plan import Plan, PrefixGroup
 from semframe.core.wire import Completion, Outcome, Request, Usage
-from semframe.cost.framing import MESSAGE_OVERHEAD, REPLY_PRIMING
+from semframe.cost.framing import MESSAGE_OVERHEAD, REPLY_PRIMING, ROLE_TOKENS
 from semframe.errors import (
     BudgetExceeded,
     RequestRejected,
@@ -379,9 +379,14 @@ def execute(
             bar.update(totals.done, 0, 0, 0)
 
     def charge(request: Request) -> int:
-        """Prompt tokens of a request whose answer was lost: content and chat framing."""
+        """Prompt tokens of a request whose answer was lost: content and chat framing.
+
+        Framed as OpenAI frames a message (its role's tokens included): on the
+        high side for a provider that frames with fewer.
+        """
         texts = [request.prompt] if request.system is None else [request.prompt, request.system]
-        return sum(backend.count_tokens(texts)) + MESSAGE_OVERHEAD * len(texts) + REPLY_PRIMING
+        framing = (MESSAGE_OVERHEAD + ROLE_TOKENS) * len(texts) + REPLY_PRIMING
+        return sum(backend.count_tokens(texts)) + framing
 
     should_stop = None
     if stop_when is not None:

@@ -14,7 +14,7 @@ Examples
 ...             model="gpt-4.1-mini", messages=[{"role": "user", "content": "Say hi"}])
 ...     totals = emu.ledger.totals()
 >>> r.usage.prompt_tokens, totals.requests
-(8, 1)
+(9, 1)
 """
 
 from semframe.cost.framing import (
