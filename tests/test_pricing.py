@@ -39,6 +39,9 @@ def test_every_entry_is_dated_and_sourced() -> None:
         ("claude-3-haiku", 2048),
         ("claude-haiku-4-5", 4096),
         ("claude-opus-4-5", 4096),
+        ("claude-opus-4-6", 4096),
+        ("claude-sonnet-4-6", 2048),
+        ("gpt-5.2", 1024),
         ("gpt-4o", 1024),
     ],
 )
@@ -73,7 +76,32 @@ def test_overrides_replace_and_add() -> None:
     assert price_for("local-llama", over).cache_read == 0.0
     new = price_for("claude-new", over)
     assert (new.cache_write_5m, new.cache_write_1h, new.min_cacheable_tokens) == (2.5, 4.0, 1024)
+    assert new.cache_read == pytest.approx(0.2)  # Anthropic's rule: reads at 0.1x input
     assert "local-llama" in known_models(over)
+
+
+def test_cache_prices_an_entry_omits_follow_the_providers_rule() -> None:
+    over = {
+        "claude-new": {"provider": "anthropic", "input": 4.0, "output": 20.0},
+        "gpt-new": {"provider": "openai", "input": 4.0, "output": 20.0},
+        "gpt-stated": {
+            "provider": "openai",
+            "input": 4.0,
+            "output": 20.0,
+            "cache_read_multiplier": 0.1,
+        },
+    }
+    claude = price_for("claude-new", over)
+    assert (claude.cache_read, claude.cache_write_5m, claude.cache_write_1h) == pytest.approx(
+        (0.4, 5.0, 8.0)
+    )
+    # OpenAI's discount differs by model family: without one stated, none (the high side)
+    assert price_for("gpt-new", over).cache_read == 4.0
+    assert price_for("gpt-stated", over).cache_read == pytest.approx(0.4)
+    with pytest.raises(ConfigError, match="'cache_read_multiplier' must be a number >= 0"):
+        price_for(
+            "x", {"x": {"provider": "openai", "input": 1, "output": 1, "cache_read_multiplier": -1}}
+        )
 
 
 @pytest.mark.parametrize(

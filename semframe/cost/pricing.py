@@ -204,7 +204,20 @@ _FLOAT_KEYS = (
 _INT_KEYS = ("min_cacheable_tokens", "cache_step_tokens")
 _STR_KEYS = ("as_of", "source", "note")
 _ALIASES = {"cached_input": "cache_read"}
-_VALID_KEYS = ("provider", *_FLOAT_KEYS, *_INT_KEYS, *_STR_KEYS, *_ALIASES)
+_MULTIPLIERS = {
+    "cache_read": "cache_read_multiplier",
+    "cache_write_5m": "cache_write_5m_multiplier",
+    "cache_write_1h": "cache_write_1h_multiplier",
+}
+"""A cache price a model's entry does not give: its input price times the provider's rule."""
+_VALID_KEYS = (
+    "provider",
+    *_FLOAT_KEYS,
+    *_INT_KEYS,
+    *_STR_KEYS,
+    *_ALIASES,
+    *_MULTIPLIERS.values(),
+)
 _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 
 
@@ -233,14 +246,13 @@ def _make(model: str, raw: Mapping[str, Any], defaults: Mapping[str, Mapping[str
             msg = f"{where}: {key!r} (dollars per million tokens) is required"
             raise ConfigError(msg)
     inp = values["input"]
-    values.setdefault("cache_read", inp)
-    if provider == "anthropic":
-        values.setdefault("cache_write_5m", 1.25 * inp)
-        values.setdefault("cache_write_1h", 2.0 * inp)
-        values.setdefault("min_cacheable_tokens", 1024)
-    else:
-        values.setdefault("cache_write_5m", inp)
-        values.setdefault("cache_write_1h", inp)
+    for key, rule in _MULTIPLIERS.items():
+        factor = values.pop(rule, 1.0)
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 0:
+            msg = f"{where}: {rule!r} must be a number >= 0, got {factor!r}"
+            raise ConfigError(msg)
+        if isinstance(inp, int | float) and not isinstance(inp, bool):
+            values.setdefault(key, factor * inp)
     values.setdefault("min_cacheable_tokens", 1024)
     values.setdefault("cache_step_tokens", 1)
     values.setdefault("batch_discount", 0.5)
