@@ -101,6 +101,10 @@ def _positive_float(value: object) -> float:
     return number
 
 
+def _opt_bool(value: object) -> bool | None:
+    return None if value is None or value == "" else _bool(value)
+
+
 def _bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
@@ -238,11 +242,12 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "warm_start",
-            _bool,
-            True,
-            "On a shared cache (the APIs, vLLM), send a run's first request alone and the "
-            "rest once it is answered, so the head every prompt shares is cached once, not "
-            "written by each request of the first wave. Costs one round trip.",
+            _opt_bool,
+            None,
+            "On a shared cache, send a run's first request alone and the rest once it is "
+            "answered, so the head every prompt shares is cached once, not written by each "
+            "request of the first wave (one round trip more). None: as the backend's cost "
+            "model declares (on for Anthropic, off for the others).",
         ),
         Setting(
             "rpm",

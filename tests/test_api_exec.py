@@ -122,6 +122,14 @@ def test_warm_start_sends_the_first_request_alone(warm: bool) -> None:
         ]
 
 
+def test_warm_start_is_declared_by_the_cost_model() -> None:
+    from semframe.cost.models import anthropic_cost
+
+    assert anthropic_cost("claude-sonnet-4-5", None, concurrency=8, ttl="5m").warm_start
+    assert not openai_cost("gpt-4o-mini", None, concurrency=8).warm_start
+    assert not AsyncBackend().cost.warm_start
+
+
 def test_warm_start_in_the_estimators_replay() -> None:
     from semframe.cost.simulate import simulate_async
 

@@ -140,7 +140,8 @@ class RunShape:
         Per-request latency of an API backend (None: the model's own).
     warm : bool
         The first request goes alone, so the head every request shares is
-        cached before the rest are sent (the ``warm_start`` setting).
+        cached before the rest are sent (the ``warm_start`` setting, or the
+        cost model's :attr:`CostModel.warm_start`).
     """
 
     workers: int
@@ -148,7 +149,7 @@ class RunShape:
     out_mean: float
     cache_dir: Path
     latency: LatencyModel | None = None
-    warm: bool = True
+    warm: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,15 @@ class CostModel(Protocol):
     model: str
     price: Price | None
     concurrency: int
+
+    @property
+    def warm_start(self) -> bool:
+        """Whether a run should send its first request alone (``warm_start`` setting: None).
+
+        True where the first wave would otherwise each write the shared head
+        at a price (Anthropic's breakpoints).
+        """
+        ...
 
     def check(self) -> None:
         """Raise :class:`~semframe.errors.ConfigError` when the model cannot be priced.
@@ -268,6 +278,13 @@ class _ApiCost:
 
     def check(self) -> None:
         self._priced()
+
+    @property
+    def warm_start(self) -> bool:
+        # OpenAI: measured both ways (the first request's cache machine is warmed,
+        # the others are not): 1.5x cheaper on a 20-row run, 1.5x dearer on a
+        # 300-row one (benchmarks/warm_prefix.py, benchmarks/estimator.py).
+        return False
 
     def _chat_framing(self) -> tuple[list[int], list[int], list[int]]:
         """(system header, user header, reply priming) tokens of this provider's requests."""
@@ -512,6 +529,12 @@ class AnthropicCost(_ApiCost):
     def _chat_framing(self) -> tuple[list[int], list[int], list[int]]:
         return anthropic_framing()
 
+    @property
+    def warm_start(self) -> bool:
+        # Every first-wave request would write the head at 1.25x; Anthropic: "wait for
+        # the first response before sending subsequent requests".
+        return True
+
     def _ttl(self) -> str:
         return self.ttl
 
@@ -648,6 +671,10 @@ class _EngineCost:
 
     def _framed(self) -> bool:
         return False
+
+    @property
+    def warm_start(self) -> bool:
+        return False  # slot caches fill group by group; vLLM's scheduler orders its own
 
     def framing_tokens(self, system: str | None, pieces: Pieces) -> int:
         return 0

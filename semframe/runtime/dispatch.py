@@ -10,9 +10,9 @@ after that group's first request has finished, so that the shared prefix is
 cached before anyone else needs it. Other groups keep the other slots busy
 meanwhile (:class:`GroupDispatcher`).
 
-Async backends share one cache (an API, vLLM): the plan's first request goes
-alone, so that the head every request shares is cached before the first
-wave; then a group's first request goes alone and its followers are fanned
+Async backends share one cache (an API, vLLM): with a warm start the plan's
+first request goes alone, so that the head every request shares is cached
+before the first wave; a group's first request goes alone and its followers are fanned
 out once it has been answered, ahead of new groups, under client-side rate
 limits (:class:`AsyncDispatcher`, :class:`RateLimiter`). The per-request
 work (attempts, retries, parsing) is the executor's

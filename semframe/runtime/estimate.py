@@ -124,7 +124,7 @@ def estimate_plan(
         out_mean=out_mean,
         cache_dir=cache_dir(settings["cache_dir"]),
         latency=latency,
-        warm=bool(settings["warm_start"]),
+        warm=model.warm_start if settings["warm_start"] is None else settings["warm_start"],
     )
     return price_plan(
         plan,
