@@ -62,6 +62,7 @@ __all__ = [
     "min_cacheable_tokens",
     "min_sharers",
     "routing_key",
+    "warm_start",
 ]
 
 MAX_BREAKPOINTS = 4
@@ -230,6 +231,15 @@ class CostModel(Protocol):
     def notes(self, shape: RunShape) -> list[str]:
         """Caveats of this model's figures."""
         ...
+
+
+def warm_start(model: CostModel, setting: bool | None) -> bool:
+    """Whether a run sends its first request alone: the ``warm_start`` setting, else ``model``'s.
+
+    The executor and the estimator both ask here, so an estimate replays the
+    dispatch the run will use.
+    """
+    return model.warm_start if setting is None else setting
 
 
 # ---------------------------------------------------------------- the APIs

@@ -29,6 +29,7 @@ from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
 from semframe.core.wire import Outcome, Usage
+from semframe.cost.models import warm_start
 from semframe.errors import BudgetExceeded, ConfigError, InputError, MissingDependencyError
 from semframe.runtime.batch import run_batch
 from semframe.runtime.execute import StopWhen, execute
@@ -236,7 +237,7 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
                 tpm=cfg["tpm"],
                 timeout=cfg["timeout"],
                 row_timeout=cfg["row_timeout"],
-                warm=backend.cost.warm_start if cfg["warm_start"] is None else cfg["warm_start"],
+                warm=warm_start(backend.cost, cfg["warm_start"]),
                 stop_when=stop_when,
                 cache=cache,
                 cache_keys=keys,

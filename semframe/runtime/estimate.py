@@ -20,7 +20,7 @@ from semframe.config import cache_dir
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, make_plan
 from semframe.cost.estimate import Estimate, price_plan
-from semframe.cost.models import CostModel, LatencyModel, RunShape
+from semframe.cost.models import CostModel, LatencyModel, RunShape, warm_start
 from semframe.errors import ConfigError, InputError, MissingDependencyError
 from semframe.runtime.call import uncached_part
 from semframe.runtime.execute import execute
@@ -124,7 +124,7 @@ def estimate_plan(
         out_mean=out_mean,
         cache_dir=cache_dir(settings["cache_dir"]),
         latency=latency,
-        warm=model.warm_start if settings["warm_start"] is None else settings["warm_start"],
+        warm=warm_start(model, settings["warm_start"]),
     )
     return price_plan(
         plan,
