@@ -121,7 +121,7 @@ def _client(value: object) -> object:
     if isinstance(value, str | bytes | int | float):
         msg = (
             f"expected a client object (openai.OpenAI, anthropic.Anthropic or their Async "
-            f"variants), got {type(value).__name__}"
+            f"variants, google.genai.Client), got {type(value).__name__}"
         )
         raise ValueError(msg)
     return value
@@ -168,7 +168,7 @@ SETTINGS: dict[str, Setting] = {
             "backend",
             _opt_str,
             "local",
-            "Backend name: 'local', 'openai', 'anthropic', 'vllm', 'fake'.",
+            "Backend name: 'local', 'openai', 'anthropic', 'gemini', 'vllm', 'fake'.",
         ),
         Setting(
             "model",
@@ -247,7 +247,7 @@ SETTINGS: dict[str, Setting] = {
             "On a shared cache, send a run's first request alone and the rest once it is "
             "answered, so the head every prompt shares is cached once, not written by each "
             "request of the first wave (one round trip more). None: as the backend's cost "
-            "model declares (on for Anthropic, off for the others).",
+            "model declares (on for Anthropic and Gemini, off for the others).",
         ),
         Setting(
             "rpm",
@@ -265,7 +265,7 @@ SETTINGS: dict[str, Setting] = {
             "base_url",
             _opt_str,
             None,
-            "API endpoint for 'openai' (any OpenAI-compatible server) or 'anthropic'. "
+            "API endpoint for 'openai' (any OpenAI-compatible server), 'anthropic' or 'gemini'. "
             "None: the SDK's default (or its environment variable).",
         ),
         Setting(
@@ -273,13 +273,14 @@ SETTINGS: dict[str, Setting] = {
             _client,
             None,
             "A client you built (openai.OpenAI / AsyncOpenAI, anthropic.Anthropic / "
-            "AsyncAnthropic); call argument, using() or configure() only.",
+            "AsyncAnthropic, google.genai.Client); call argument, using() or configure() only.",
         ),
         Setting(
             "cache_ttl",
             _choice("5m", "1h"),
             "5m",
-            "Anthropic prompt-cache lifetime: '5m' (writes cost 1.25x input) or '1h' (2x).",
+            "Anthropic prompt-cache lifetime: '5m' (writes cost 1.25x input) or '1h' (2x); "
+            "Gemini: the TTL of the explicit caches semframe creates.",
         ),
         Setting(
             "batch",

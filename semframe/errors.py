@@ -51,14 +51,23 @@ class TransientError(SemframeError):
     request reached the provider and its answer was lost on the way back (a
     dropped connection, a truncated body, a timeout while reading): the
     provider may have billed it, so the executor charges it conservatively.
+    ``rate_limited`` says the provider refused it for the account's rate
+    limit (HTTP 429): the executor then slows the whole run down, not only
+    this request.
     """
 
     def __init__(
-        self, message: str, *, retry_after: float | None = None, maybe_billed: bool = False
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        maybe_billed: bool = False,
+        rate_limited: bool = False,
     ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.maybe_billed = maybe_billed
+        self.rate_limited = rate_limited
 
 
 class RequestRejected(SemframeError):

@@ -35,7 +35,7 @@ DF = pd.DataFrame({"movie_title": ["Alien", "Heat"], "review": ["tense", "long"]
             [
                 "unknown backend 'opneai'",
                 "Did you mean 'openai'?",
-                "Valid backends: 'local', 'openai', 'anthropic', 'vllm', 'fake'",
+                "Valid backends: 'local', 'openai', 'anthropic', 'gemini', 'vllm', 'fake'",
             ],
         ),
         (

@@ -39,6 +39,7 @@ import pytest
 import tiktoken
 
 import semframe
+from semframe.backends import reset_backends
 from semframe.testing.emulator import ProviderEmulator
 
 FIXTURE = Path(__file__).parent / "oracle" / "bills.toml"
@@ -47,6 +48,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {s["name"]: s for s in DATA["scenario"]}
 PRICES: dict[str, dict[str, Any]] = DATA["prices"]
 OPENAI_TOKENS: dict[str, Any] = DATA["token_model"]["openai"]
 ANTHROPIC_TOKENS: dict[str, Any] = DATA["token_model"]["anthropic"]
+GEMINI_TOKENS: dict[str, Any] = DATA["token_model"]["gemini"]
 KEY = "test-key"
 DOLLARS = 1e-9  # absolute tolerance on dollar figures
 PER = 1_000_000
@@ -71,6 +73,7 @@ PER_REQUEST = {
         "cached_input_dollars",
         "cache_write_dollars",
     ),
+    "gemini": ("prompt_tokens", "cached_tokens", "uncached_input_dollars", "cached_input_dollars"),
 }
 LAST_RUN = ("prompt_tokens", "cached_tokens", "cache_write_tokens")
 
@@ -273,6 +276,59 @@ def _anthropic_bills(s: Mapping[str, Any], enc: tiktoken.Encoding) -> list[Bill]
     return bills
 
 
+def _gemini_bills(s: Mapping[str, Any], enc: tiktoken.Encoding) -> list[Bill]:
+    """Gemini's published rules applied to the fixture's requests, one after another.
+
+    ``prompt_token_count`` = the text's tokens + 1 (Google's own count example).
+    With an explicit cache of the instructions every request gets the cache's
+    tokens as ``cached_content_token_count`` (it names the cache); without,
+    implicit caching serves a prefix an earlier answered request shares, from
+    the model's minimum, on the fixture's stated grid (not published). Cached
+    tokens cost the cached-input price, the rest the input price.
+    """
+    price = PRICES[s["model"]]
+    minimum, step = price["min_cacheable_tokens"], GEMINI_TOKENS["implicit_grid_step"]
+    contents = [enc.encode(p) for p in _prompts(s)]
+    explicit = len(enc.encode(_head(s))) if s["explicit_cache"] == "instructions" else 0
+    bills = []
+    for i, toks in enumerate(contents):
+        prompt = len(toks) + GEMINI_TOKENS["turn"]
+        shared = max((_common(toks, contents[j]) for j in range(i)), default=0)
+        implicit = minimum + (shared - minimum) // step * step if shared >= minimum else 0
+        cached = max(explicit, implicit)
+        bills.append(
+            Bill(
+                prompt,
+                cached,
+                uncached_input_dollars=(prompt - cached) * price["input"] / PER,
+                cached_input_dollars=cached * price["cached_input"] / PER,
+            )
+        )
+    return bills
+
+
+def _gemini_caches(s: Mapping[str, Any], enc: tiktoken.Encoding) -> list[Bill]:
+    """The explicit caches made: their tokens at the input price, stored for the TTL.
+
+    A cache is created once (``max_concurrency`` 1, a run shorter than its TTL);
+    semframe counts its tokens as input, all of them written.
+    """
+    if s["explicit_cache"] != "instructions":
+        return []
+    price = PRICES[s["model"]]
+    tokens = len(enc.encode(_head(s)))
+    hours = {"5m": 5 / 60, "1h": 1.0}[s["cache_ttl"]]
+    per_token = price["input"] + price["cache_storage_per_hour"] * hours
+    w5, w1 = (tokens, 0) if s["cache_ttl"] == "5m" else (0, tokens)
+    return [Bill(tokens, 0, w5, w1, cache_write_dollars=tokens * per_token / PER)]
+
+
+_EXTRA: dict[str, Callable[[Mapping[str, Any], tiktoken.Encoding], list[Bill]]] = {
+    "gemini": _gemini_caches
+}
+"""Billed beside the requests: Gemini's explicit cache creations (``[[scenario.caches]]``)."""
+
+
 def _totals(bills: Sequence[Bill]) -> dict[str, float]:
     out: dict[str, float] = {
         "prompt_tokens": sum(b.prompt_tokens for b in bills),
@@ -316,7 +372,7 @@ def test_fixture_token_counts_are_tiktokens(
     for p, toks in zip(prompts, contents, strict=True):
         rest = p[len(_head(scenario)) :]
         assert len(toks) == scenario["instruction_tokens"] + len(o200k.encode(rest))
-    if scenario["provider"] == "openai":
+    if scenario["provider"] in ("openai", "gemini"):
         shared = [
             max(_common(contents[i], contents[j]) for j in range(i))
             for i in range(1, len(contents))
@@ -335,19 +391,26 @@ def test_fixture_arithmetic_follows_the_published_rules(
     scenario: dict[str, Any], o200k: tiktoken.Encoding
 ) -> None:
     """Recomputing each bill from the published rules gives the hand-written figures."""
-    rules = _openai_bills if scenario["provider"] == "openai" else _anthropic_bills
-    bills = rules(scenario, o200k)
+    provider = scenario["provider"]
+    rules = {"openai": _openai_bills, "anthropic": _anthropic_bills, "gemini": _gemini_bills}
+    bills = rules[provider](scenario, o200k)
+    extra = _EXTRA[provider](scenario, o200k) if provider in _EXTRA else []
     requests = scenario["requests"]
+    caches = scenario.get("caches", [])
     assert [r["row"] for r in requests] == scenario["order"]
     for bill, written in zip(bills, requests, strict=True):
-        for figure in PER_REQUEST[scenario["provider"]]:
+        for figure in PER_REQUEST[provider]:
             _check(figure, getattr(bill, figure), written[figure])
-    for figure, value in _totals(bills).items():
+    for bill, written in zip(extra, caches, strict=True):
+        for figure, value in written.items():
+            _check(figure, getattr(bill, figure), value)
+    for figure, value in _totals([*bills, *extra]).items():
         _check(figure, value, scenario["totals"][figure])
-    # the totals are the sums of the requests
-    for figure in PER_REQUEST[scenario["provider"]]:
+    # the totals are the sums of the requests (and of the caches made beside them)
+    for figure in PER_REQUEST[provider]:
         if figure in scenario["totals"]:
-            _check(figure, sum(r[figure] for r in requests), scenario["totals"][figure])
+            summed = sum(r[figure] for r in requests) + sum(c.get(figure, 0) for c in caches)
+            _check(figure, summed, scenario["totals"][figure])
 
 
 def test_published_chat_framing_reproduces_the_cookbook_count(o200k: tiktoken.Encoding) -> None:
@@ -392,6 +455,7 @@ _PRICE_FIELDS = {
         "output",
         "min_cacheable_tokens",
     ),
+    "gemini": ("input", "cached_input", "output", "cache_storage_per_hour", "min_cacheable_tokens"),
 }
 _PRICE_CASES = [
     pytest.param(model, field, id=f"{model}-{field}")
@@ -451,12 +515,15 @@ def _outcome(name: str, monkeypatch: pytest.MonkeyPatch) -> Outcome:
     s = SCENARIOS[name]
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
     df, template, settings = _frame(s), _template(s), _settings(s)
     estimate = df.llm.estimate(template, op=s["op"], **settings)
     with ProviderEmulator() as emu:
-        url = emu.openai_url if s["provider"] == "openai" else emu.anthropic_url
-        getattr(df.llm, s["op"])(template, base_url=url, **settings)
-        outcome = Outcome(estimate, emu.ledger.entries(), emu.ledger.totals(), semframe.last_run())
+        urls = {"openai": emu.openai_url, "anthropic": emu.anthropic_url, "gemini": emu.gemini_url}
+        getattr(df.llm, s["op"])(template, base_url=urls[s["provider"]], **settings)
+        requests = [e for e in emu.ledger.entries() if e.kind == "request"]
+        outcome = Outcome(estimate, requests, emu.ledger.totals(), semframe.last_run())
+        reset_backends(s["provider"])  # a Gemini backend deletes its explicit caches
     _OUTCOMES[name] = outcome
     return outcome
 
@@ -550,7 +617,7 @@ def test_estimator_reproduces_the_hand_computed_bill(
 def test_estimate_flags_the_approximate_claude_counts(
     scenario: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """OpenAI counts are exact (o200k is its tokenizer); Claude counts are flagged approximate."""
+    """OpenAI counts are exact (o200k is its tokenizer); Claude and Gemini counts are not."""
     est = _outcome(scenario["name"], monkeypatch).estimate
     assert est.exact_tokens is (scenario["provider"] == "openai")
 

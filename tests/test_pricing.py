@@ -20,9 +20,16 @@ def test_every_entry_is_dated_and_sourced() -> None:
         assert p.source.startswith("https://")
         assert p.output >= p.input > p.cache_read >= 0
         assert p.batch_discount == 0.5
+        assert p.batch_stacks_cache is (p.provider != "gemini")
         if p.provider == "openai":
             assert (p.min_cacheable_tokens, p.cache_step_tokens) == (1024, 128)
             assert p.cache_write_5m == p.input  # writes are free: billed as input
+        elif p.provider == "gemini":
+            # cached tokens 10% of input; a write is creation (input) + storage for the TTL
+            assert p.cache_read == pytest.approx(0.1 * p.input)
+            assert p.cache_storage_per_hour > 0
+            assert p.cache_write_5m == pytest.approx(p.input + p.cache_storage_per_hour / 12)
+            assert p.cache_write_1h == pytest.approx(p.input + p.cache_storage_per_hour)
         else:
             # 1.25x / 2x / 0.1x input (Claude 3 Haiku's published figures are rounded)
             assert p.cache_write_5m == pytest.approx(1.25 * p.input, abs=0.015)
@@ -43,6 +50,10 @@ def test_every_entry_is_dated_and_sourced() -> None:
         ("claude-sonnet-4-6", 2048),
         ("gpt-5.2", 1024),
         ("gpt-4o", 1024),
+        ("gemini-2.5-flash", 2048),
+        ("gemini-2.5-pro", 2048),
+        ("gemini-2.5-flash-lite", 2048),
+        ("gemini-3-pro-preview", 4096),
     ],
 )
 def test_minimum_cacheable_tokens(model: str, minimum: int) -> None:
@@ -117,6 +128,35 @@ def test_cache_prices_an_entry_omits_follow_the_providers_rule() -> None:
 def test_bad_overrides_are_config_errors(fields: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         price_for("x", {"x": fields})
+
+
+def test_gemini_batch_discount_does_not_stack_with_the_cache_price() -> None:
+    p = price_for("gemini-2.5-pro")  # 1.25 in, 0.125 cached, 10 out, 4.50 storage
+    c = cost(
+        p,
+        uncached_input_tokens=1_000_000,
+        cached_input_tokens=1_000_000,
+        cache_write_1h_tokens=1_000_000,
+        output_tokens=1_000_000,
+        batch=True,
+    )
+    assert c.uncached_input == pytest.approx(0.625)
+    assert c.output == pytest.approx(5.0)
+    assert c.cached_input == pytest.approx(0.125)  # the cache price, not half of it
+    assert c.cache_writes == pytest.approx(1.25 + 4.50)  # creation + an hour of storage
+
+
+def test_storage_price_is_validated_and_folded_into_writes() -> None:
+    new = {"gemini-new": {"provider": "gemini", "input": 1.0, "output": 4.0,
+                          "cache_storage_per_hour": 3.0}}  # fmt: skip
+    p = price_for("gemini-new", new)
+    assert (p.cache_read, p.cache_write_5m, p.cache_write_1h) == (0.1, 1.25, 4.0)
+    assert p.batch_stacks_cache is False and p.min_cacheable_tokens == 2048
+    bad = {"gemini-new": {**new["gemini-new"], "cache_storage_per_hour": -1}}
+    with pytest.raises(ConfigError, match="cache_storage_per_hour"):
+        price_for("gemini-new", bad)
+    with pytest.raises(ConfigError, match="batch_stacks_cache"):
+        price_for("gemini-new", {"gemini-new": {**new["gemini-new"], "batch_stacks_cache": 1}})
 
 
 def test_cost_components() -> None:

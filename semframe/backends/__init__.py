@@ -95,6 +95,12 @@ BACKENDS: dict[str, BackendSpec] = {
         secrets=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
         cost="semframe.backends.anthropic:cost_model",
     ),
+    "gemini": BackendSpec(
+        "semframe.backends.gemini:create",
+        settings=(*_API, "cache_ttl"),
+        secrets=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        cost="semframe.backends.gemini:cost_model",
+    ),
     "vllm": BackendSpec(
         "semframe.backends.vllm:create",
         settings=(*_API, "context_window", "vllm_scheduler", "vllm_args", "cache_dir"),

@@ -16,22 +16,27 @@ semframe's three outcomes for a request:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from semframe.backends import aio as _aio
 from semframe.backends.base import Capabilities
-from semframe.core.wire import Completion, Request
+from semframe.core.wire import Completion, RateLimits, Request
 from semframe.cost.models import CostModel
 from semframe.cost.tokens import count_for_model
 from semframe.errors import RequestRejected, RunAborted, SemframeError, TransientError
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _FATAL_STATUS = frozenset({401, 402, 403, 404})
-_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|sk-ant-[A-Za-z0-9_\-]{8,})\b")
+_KEYLIKE = re.compile(
+    r"\b(sk-[A-Za-z0-9_\-]{8,}|sk-ant-[A-Za-z0-9_\-]{8,}|AIza[A-Za-z0-9_\-]{35})\b"
+)  # OpenAI, Anthropic, Google API keys
 
 
 def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
@@ -43,6 +48,8 @@ def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
     'bad key *** given'
     >>> scrub("token=hunter2hunter2", ["hunter2hunter2"])
     'token=***'
+    >>> scrub("key=AIzaSyA1234567890abcdefghijklmnopqrstuv.", [])
+    'key=***.'
     """
     for secret in secrets:
         if secret and len(secret) >= 6:
@@ -75,6 +82,99 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
     return None
 
 
+_DURATION = re.compile(
+    r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?"
+    r"(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?"
+)
+# (prefix, suffix) of each provider's header family, tried in order: OpenAI's
+# ``x-ratelimit-remaining-tokens``, Anthropic's ``anthropic-ratelimit-tokens-remaining``
+# (its ``tokens-*`` family reports the most restrictive of the input and output
+# token limits; ``input-tokens-*`` is read when it is absent).
+_FAMILIES = (
+    ("requests", ("x-ratelimit-{}-requests", "anthropic-ratelimit-requests-{}")),
+    (
+        "tokens",
+        (
+            "x-ratelimit-{}-tokens",
+            "anthropic-ratelimit-tokens-{}",
+            "anthropic-ratelimit-input-tokens-{}",
+        ),
+    ),
+)
+_FIELD = {"limit": "limit", "remaining": "left", "reset": "reset_s"}
+
+
+def _seconds(raw: str, now: datetime | None) -> float | None:
+    """A reset header as seconds from now: ``6m0s`` / ``20ms`` (OpenAI) or RFC 3339 (Anthropic)."""
+    raw = raw.strip()
+    match = _DURATION.fullmatch(raw)
+    if match and any(match.groups()):
+        h, m, s, ms = (float(g) if g else 0.0 for g in match.groups())
+        return h * 3600 + m * 60 + s + ms / 1000
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return None
+    if when.tzinfo is None:
+        return None
+    reference = now or datetime.now(when.tzinfo)
+    return max(0.0, (when - reference).total_seconds())
+
+
+def rate_limits(headers: Mapping[str, str] | None) -> RateLimits | None:
+    """The rate-limit state a response's headers report, or ``None`` when they report none.
+
+    Reads OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
+    (resets as durations) and Anthropic's ``anthropic-ratelimit-*`` (resets as
+    RFC 3339 times, taken against the response's own ``date`` when given).
+
+    Examples
+    --------
+    >>> seen = rate_limits({"x-ratelimit-limit-requests": "60",
+    ...     "x-ratelimit-remaining-requests": "59", "x-ratelimit-reset-requests": "1s",
+    ...     "x-ratelimit-reset-tokens": "6m0s"})
+    >>> seen.requests_limit, seen.requests_left, seen.requests_reset_s, seen.tokens_reset_s
+    (60, 59, 1.0, 360.0)
+    >>> rate_limits({"anthropic-ratelimit-tokens-remaining": "0",
+    ...              "anthropic-ratelimit-tokens-reset": "2026-11-23T12:00:30Z",
+    ...              "date": "Mon, 23 Nov 2026 12:00:00 GMT"}).tokens_reset_s
+    30.0
+    >>> rate_limits({"content-type": "application/json"}) is None
+    True
+    """
+    if not headers:
+        return None
+    now = None
+    if headers.get("date"):
+        try:
+            now = parsedate_to_datetime(headers["date"])
+        except (TypeError, ValueError):
+            now = None
+    found: dict[str, float | int] = {}
+    for kind, patterns in _FAMILIES:
+        for pattern in patterns:
+            for header, field in _FIELD.items():
+                raw = headers.get(pattern.format(header))
+                name = f"{kind}_{field}"
+                if raw is None or name in found:
+                    continue
+                if header == "reset":
+                    value = _seconds(raw, now)
+                    if value is not None:
+                        found[name] = value
+                else:
+                    try:
+                        found[name] = int(float(raw))
+                    except ValueError:
+                        continue
+    if not found:
+        return None
+    return RateLimits(**found)  # type: ignore[arg-type]
+
+
 def classify_error(
     exc: BaseException, *, provider: str, secrets: Iterable[str | None]
 ) -> Exception:
@@ -100,7 +200,9 @@ def classify_error(
         headers = getattr(getattr(exc, "response", None), "headers", None)
         text = f"{provider}: HTTP {status}: {detail}"
         if status in _RETRYABLE_STATUS or status >= 500:
-            return TransientError(text, retry_after=retry_after(headers))
+            return TransientError(
+                text, retry_after=retry_after(headers), rate_limited=status == 429
+            )
         if status in _FATAL_STATUS:
             return RunAborted(text + _fatal_hint(status, provider))
         return RequestRejected(text)
@@ -200,10 +302,36 @@ class ApiBackend:
         (a wrong ``base_url``, a server that is not running) instead of every
         row failing after its retries.
         """
+        return await self._guarded(self._send(fn, *args, **kwargs))
+
+    async def _call_raw(self, raw: Any, **kwargs: Any) -> tuple[Any, RateLimits | None]:
+        """Call an SDK method's ``with_raw_response`` form: ``(parsed response, rate limits)``.
+
+        Same error handling as :meth:`_call` (a body that does not parse
+        included); the headers give the account's rate-limit state, which the
+        executor paces the run by.
+        """
+
+        async def send() -> tuple[Any, RateLimits | None]:
+            response = await self._send(raw, **kwargs)
+            parsed = response.parse()
+            if inspect.isawaitable(parsed):  # the Anthropic SDK's async raw response
+                parsed = await parsed
+            headers = getattr(response, "headers", None)
+            return parsed, rate_limits(dict(headers) if headers is not None else None)
+
+        result: tuple[Any, RateLimits | None] = await self._guarded(send())
+        return result
+
+    async def _send(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._async:
+            return await fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _guarded(self, call: Any) -> Any:
+        """Await ``call``; an SDK error becomes semframe's (see :meth:`_call`)."""
         try:
-            if self._async:
-                return await fn(*args, **kwargs)
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await call
         except Exception as exc:
             error = classify_error(exc, provider=self.name, secrets=self._secrets)
             if isinstance(error, TransientError) and not _was_sent(exc):

@@ -172,8 +172,10 @@ class AnthropicBackend(ApiBackend):
     async def acomplete(self, request: Request) -> Completion:
         """Send one request; raise semframe's error types on failure."""
         body = self.body(request)
-        message = await self._call(self._client.messages.create, **body)
-        return _completion(request.id, jsonable(message))
+        message, limits = await self._call_raw(
+            self._client.messages.with_raw_response.create, **body
+        )
+        return _completion(request.id, jsonable(message))._replace(limits=limits)
 
     # -- batch API ---------------------------------------------------------------
 

@@ -178,6 +178,14 @@ class OpenAIBackend(ApiBackend):
         self._async = isinstance(client, openai.AsyncOpenAI)
         self._secrets = (getattr(client, "api_key", None),)
         self.endpoint = str(self._client.base_url)
+        # OpenAI and Azure OpenAI take max_completion_tokens (their reasoning models
+        # refuse max_tokens); other compatible servers know only max_tokens.
+        azure = isinstance(client, openai.AzureOpenAI | openai.AsyncAzureOpenAI) or any(
+            host in self.endpoint for host in _AZURE_HOSTS
+        )
+        self._limit_field = (
+            "max_tokens" if self._compatible and not azure else "max_completion_tokens"
+        )
         if window is None:
             window = context_window(model)
         if window is None and self._compatible:
@@ -240,7 +248,7 @@ class OpenAIBackend(ApiBackend):
             "prompt_cache_key": self.routing_key(request),
         }
         # Compatible servers (llama.cpp, vLLM) know max_tokens; OpenAI prefers the new name.
-        body["max_tokens" if self._compatible else "max_completion_tokens"] = request.max_tokens
+        body[self._limit_field] = request.max_tokens
         if request.logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = request.logprobs
@@ -260,8 +268,10 @@ class OpenAIBackend(ApiBackend):
 
     async def acomplete(self, request: Request) -> Completion:
         """Send one request; raise semframe's error types on failure."""
-        response = await self._call(self._client.chat.completions.create, **self.body(request))
-        return _completion(request.id, response)
+        response, limits = await self._call_raw(
+            self._client.chat.completions.with_raw_response.create, **self.body(request)
+        )
+        return _completion(request.id, response)._replace(limits=limits)
 
     # -- batch API ---------------------------------------------------------------
 
@@ -346,6 +356,10 @@ class OpenAIBackend(ApiBackend):
             out[rid] = RequestRejected(f"openai batch: HTTP {status}: {detail}")
 
 
+_AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+"""Hosts of Azure OpenAI endpoints (a plain ``openai.OpenAI`` client may point there)."""
+
+
 def _completion(request_id: int, response: Any) -> Completion:
     if not response.choices:
         msg = "openai: response has no choices"
@@ -353,7 +367,10 @@ def _completion(request_id: int, response: Any) -> Completion:
     choice = response.choices[0]
     usage = response.usage
     details = getattr(usage, "prompt_tokens_details", None) if usage else None
-    cached = getattr(details, "cached_tokens", None) or 0
+    # DeepSeek reports its cache hits as usage.prompt_cache_hit_tokens instead.
+    cached = (
+        getattr(details, "cached_tokens", None) or getattr(usage, "prompt_cache_hit_tokens", 0) or 0
+    )
     return Completion(
         request_id,
         choice.message.content or "",
@@ -411,7 +428,9 @@ def _completion_from_json(request_id: int, body: Mapping[str, Any]) -> Completio
         message.get("content") or "",
         Usage(
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            cached_tokens=int(details.get("cached_tokens") or 0),
+            cached_tokens=int(
+                details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens") or 0
+            ),
             output_tokens=int(usage.get("completion_tokens") or 0),
         ),
         choices[0].get("finish_reason"),

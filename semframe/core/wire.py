@@ -93,12 +93,30 @@ class TokenLogprob(NamedTuple):
     top: tuple[tuple[str, float], ...] = ()
 
 
+class RateLimits(NamedTuple):
+    """The provider's rate-limit state, as its response headers stated it.
+
+    ``*_limit`` is the account's limit, ``*_left`` what remains of it and
+    ``*_reset_s`` the seconds until it is fully replenished; ``None`` where the
+    response did not say. Tokens are the provider's own measure (OpenAI counts
+    a request's estimated prompt plus ``max_tokens`` when it arrives).
+    """
+
+    requests_limit: int | None = None
+    requests_left: int | None = None
+    requests_reset_s: float | None = None
+    tokens_limit: int | None = None
+    tokens_left: int | None = None
+    tokens_reset_s: float | None = None
+
+
 class Completion(NamedTuple):
     """A backend's answer to one request.
 
     ``logprobs`` holds the generated tokens' log probabilities and ``tokens``
     the same tokens with their text and top alternatives, when the request
     asked for them (``Request.logprobs``) and the backend gives them.
+    ``limits`` is the rate-limit state the response's headers reported.
     """
 
     request_id: int
@@ -107,6 +125,7 @@ class Completion(NamedTuple):
     finish_reason: str | None = None
     logprobs: tuple[float, ...] | None = None
     tokens: tuple[TokenLogprob, ...] | None = None
+    limits: RateLimits | None = None
 
 
 class Outcome(NamedTuple):

@@ -46,6 +46,17 @@ Anthropic (explicit breakpoints)
     * On completion the prefix at every eligible breakpoint is stored; reads
       refresh an entry's TTL.
 
+Gemini (implicit caching, and explicit caches)
+    * Implicit caching is OpenAI's rule with one shared cache per model: no
+      routing key exists, so only the order of requests decides hits. Prompts
+      under the model's minimum (2,048 / 4,096) are never cached; hits come on
+      the ``min + step k`` grid (the granularity is not published: 128 here);
+      entries live ``ttl_s`` after their last use.
+    * A request that names an explicit cache gets the cache's tokens as cached
+      (guaranteed), or the implicit hit on the whole prompt when that is longer.
+    * Explicit caches themselves (creation, TTL, storage) are kept by their
+      users (the emulator, the estimator); this module only applies the reads.
+
 Examples
 --------
 >>> sim = OpenAICacheSim()
@@ -75,6 +86,10 @@ __all__ = [
     "AnthropicTicket",
     "Block",
     "CacheRuleError",
+    "GeminiCacheSim",
+    "GeminiResult",
+    "GeminiRules",
+    "GeminiTicket",
     "OpenAICacheSim",
     "OpenAIResult",
     "OpenAIRules",
@@ -489,5 +504,116 @@ class AnthropicCacheSim:
     ) -> AnthropicResult:
         """:meth:`begin` then :meth:`complete` (at ``completion``, default ``arrival``)."""
         ticket = self.begin(blocks, arrival=arrival)
+        self.complete(ticket, at=arrival if completion is None else completion)
+        return ticket.result
+
+
+# ---------------------------------------------------------------- Gemini
+
+
+@dataclass(frozen=True)
+class GeminiRules:
+    """Parameters of Gemini's implicit prompt caching for one model.
+
+    Attributes
+    ----------
+    min_tokens : int
+        Shortest prompt that is cached (2,048 on 2.5 models, 4,096 on 3.x).
+    step : int
+        Hits come in steps of this many tokens above the minimum (not published).
+    ttl_s : float
+        Inactivity after which an entry is evicted (not published; 300 s here).
+    max_lifetime_s : float
+        Hard limit on an entry's life.
+    """
+
+    min_tokens: int = 2048
+    step: int = 128
+    ttl_s: float = 300.0
+    max_lifetime_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class GeminiResult:
+    """What one request got from the cache, as Gemini reports it.
+
+    ``cached_tokens`` (``cached_content_token_count``) is part of
+    ``prompt_tokens`` (``prompt_token_count``); ``explicit`` says the request
+    named an explicit cache.
+    """
+
+    prompt_tokens: int
+    cached_tokens: int
+    explicit: bool
+
+
+@dataclass(frozen=True)
+class GeminiTicket:
+    """A request in flight: its result and what to store on completion."""
+
+    result: GeminiResult
+    implicit: OpenAITicket = field(repr=False)
+
+
+class _OneCache(OpenAICacheSim):
+    """OpenAI's rules on a single cache machine: no routing, no overflow."""
+
+    def _home(self, tokens: Sequence[int], cache_key: str | None) -> tuple[bytes, int]:
+        return b"", 0
+
+
+class GeminiCacheSim:
+    """Gemini's prompt cache for one model (rules in the module docstring).
+
+    Not thread-safe; callers serialise access (the emulator holds a lock).
+
+    Examples
+    --------
+    >>> sim = GeminiCacheSim(GeminiRules(min_tokens=2048))
+    >>> shared = list(range(3000))
+    >>> sim.request(shared + [1], arrival=0.0, completion=1.0).cached_tokens
+    0
+    >>> sim.request(shared + [2], arrival=2.0).cached_tokens  # implicit: 2048 + 7 x 128
+    2944
+    >>> r = sim.request(list(range(5000, 8000)) + [3], arrival=3.0, explicit=2500)
+    >>> r.cached_tokens, r.explicit
+    (2500, True)
+    """
+
+    def __init__(self, rules: GeminiRules | None = None) -> None:
+        self.rules = rules or GeminiRules()
+        r = self.rules
+        self._implicit = _OneCache(
+            OpenAIRules(
+                min_tokens=r.min_tokens,
+                step=r.step,
+                ttl_s=r.ttl_s,
+                max_lifetime_s=r.max_lifetime_s,
+                machines=1,
+                overflow_per_minute=2**62,
+            )
+        )
+
+    def begin(self, tokens: Sequence[int], *, arrival: float, explicit: int = 0) -> GeminiTicket:
+        """Look ``tokens`` up at ``arrival``; the first ``explicit`` come from an explicit cache."""
+        ticket = self._implicit.begin(tokens, arrival=arrival)
+        explicit = min(max(explicit, 0), len(tokens))
+        cached = max(explicit, ticket.result.cached_tokens)
+        return GeminiTicket(GeminiResult(len(tokens), cached, explicit > 0), ticket)
+
+    def complete(self, ticket: GeminiTicket, *, at: float) -> None:
+        """Store the prefixes of a request that finished at time ``at``."""
+        self._implicit.complete(ticket.implicit, at=at)
+
+    def request(
+        self,
+        tokens: Sequence[int],
+        *,
+        arrival: float,
+        completion: float | None = None,
+        explicit: int = 0,
+    ) -> GeminiResult:
+        """:meth:`begin` then :meth:`complete` (at ``completion``, default ``arrival``)."""
+        ticket = self.begin(tokens, arrival=arrival, explicit=explicit)
         self.complete(ticket, at=arrival if completion is None else completion)
         return ticket.result

@@ -16,6 +16,17 @@ So::
     OpenAI:    prompt_tokens = sum(3 + role tokens + content tokens) + 3
     Anthropic: prompt_tokens = sum(3 + content tokens) + 3
 
+Gemini's text counts show no per-message framing: Google's own example
+(https://ai.google.dev/api/tokens) counts "The quick brown fox jumps over the
+lazy dog." as 10 tokens with ``countTokens`` and reports ``prompt_token_count``
+11 for the same prompt sent to ``generateContent``. So a Gemini request is
+counted as the text of its system instruction and of every part, with no
+tokens per turn, plus ``GEMINI_TURN`` = 1 token at the end (taken to open the
+model's turn, so it is never part of a cached prefix); ``countTokens`` and an
+explicit cache's size count the text alone::
+
+    Gemini:    prompt_token_count = system tokens + part tokens + 1
+
 Content given as a list of text parts/blocks is tokenized part by part and
 concatenated. The synthetic tokens lie outside the vocabulary, so they never
 collide with text. For Anthropic each content block is a cache block; the
@@ -43,12 +54,17 @@ from semframe.cost.cachesim import TTL, Block
 from semframe.cost.tokens import encode
 
 __all__ = [
+    "GEMINI_TURN",
     "MESSAGE_OVERHEAD",
     "REPLY_PRIMING",
     "ROLE_TOKENS",
     "FramingError",
     "anthropic_blocks",
     "anthropic_framing",
+    "gemini_content_tokens",
+    "gemini_framing",
+    "gemini_prompt_tokens",
+    "gemini_text",
     "openai_framing",
     "openai_prompt_tokens",
     "prompt_text",
@@ -58,7 +74,10 @@ MESSAGE_OVERHEAD = 3
 REPLY_PRIMING = 3
 ROLE_TOKENS = 1
 """Tokens of a role's own text on OpenAI ("system", "user", "assistant": one each)."""
+GEMINI_TURN = 1
+"""Tokens Gemini adds to a ``generateContent`` prompt (after the text; see the module docs)."""
 _START, _SEP, _NAME = 300_000, 300_001, 300_002
+_MODEL_TURN = 300_020
 _ROLES = {
     "system": 300_010,
     "developer": 300_011,
@@ -188,4 +207,89 @@ def prompt_text(system: Any, messages: Sequence[Mapping[str, Any]]) -> str:
         texts.append("".join(p["text"] for p in _parts(system, "system")))
     for i, m in enumerate(messages):
         texts.append("".join(p["text"] for p in _parts(m.get("content", ""), f"messages[{i}]")))
+    return "\n\n".join(texts)
+
+
+# ---------------------------------------------------------------- Gemini
+
+
+def _gemini_parts(parts: Any, where: str) -> list[str]:
+    if not isinstance(parts, list):
+        msg = f"{where}.parts: must be a list of parts"
+        raise FramingError(msg)
+    texts: list[str] = []
+    for i, part in enumerate(parts):
+        if not isinstance(part, Mapping) or not isinstance(part.get("text"), str):
+            msg = f"{where}.parts[{i}]: only text parts are supported by the emulator"
+            raise FramingError(msg)
+        if part.get("thought"):
+            msg = f"{where}.parts[{i}]: thought parts cannot be sent"
+            raise FramingError(msg)
+        texts.append(part["text"])
+    return texts
+
+
+def _gemini_texts(system: Any, contents: Any) -> list[str]:
+    texts: list[str] = []
+    if system is not None:
+        if not isinstance(system, Mapping):
+            msg = "systemInstruction: must be a Content object with text parts"
+            raise FramingError(msg)
+        texts += _gemini_parts(system.get("parts"), "systemInstruction")
+    if not isinstance(contents, list):
+        msg = "contents: must be a list of Content objects"
+        raise FramingError(msg)
+    for i, content in enumerate(contents):
+        if not isinstance(content, Mapping):
+            msg = f"contents[{i}]: must be a Content object"
+            raise FramingError(msg)
+        role = content.get("role", "user")
+        if role not in ("user", "model"):
+            msg = f"contents[{i}].role: must be 'user' or 'model', got {role!r}"
+            raise FramingError(msg)
+        texts += _gemini_parts(content.get("parts"), f"contents[{i}]")
+    return texts
+
+
+def gemini_content_tokens(system: Any, contents: Any) -> list[int]:
+    """Tokens of a Gemini system instruction and contents (JSON as sent), text only.
+
+    What ``countTokens`` reports and what an explicit cache holds.
+
+    Examples
+    --------
+    >>> len(gemini_content_tokens({"parts": [{"text": "Be brief."}]},
+    ...                           [{"role": "user", "parts": [{"text": "hello world"}]}]))
+    5
+    """
+    tokens: list[int] = []
+    for text in _gemini_texts(system, contents):
+        tokens += encode(text)
+    return tokens
+
+
+def gemini_prompt_tokens(system: Any, contents: Any) -> list[int]:
+    """Prompt tokens of a Gemini ``generateContent`` request: the text, then 1 turn token.
+
+    Examples
+    --------
+    >>> len(gemini_prompt_tokens(None, [{"role": "user", "parts": [{"text": "hello world"}]}]))
+    3
+    """
+    return [*gemini_content_tokens(system, contents), _MODEL_TURN]
+
+
+def gemini_framing() -> tuple[list[int], list[int], list[int]]:
+    """(system header, user header, reply priming) tokens of a Gemini request."""
+    return [], [], [_MODEL_TURN]
+
+
+def gemini_text(system: Any, contents: Any) -> str:
+    """All text of a Gemini request, system instruction first, turns joined by blank lines."""
+    texts: list[str] = []
+    if isinstance(system, Mapping):
+        texts.append("".join(_gemini_parts(system.get("parts"), "systemInstruction")))
+    for i, content in enumerate(contents if isinstance(contents, list) else []):
+        if isinstance(content, Mapping):
+            texts.append("".join(_gemini_parts(content.get("parts"), f"contents[{i}]")))
     return "\n\n".join(texts)

@@ -12,6 +12,10 @@ and its own callbacks (a local engine's tokenizer, Anthropic's breakpoints).
   routed by ``prompt_cache_key`` (:func:`routing_key`), priced from the table.
 - :class:`AnthropicCost`: explicit breakpoints (:meth:`AnthropicCost.breakpoints`,
   placed only where the write premium pays) and priced writes and reads.
+- :class:`GeminiCost`: implicit prefix caching in one shared cache
+  (:class:`~semframe.cost.cachesim.GeminiCacheSim`), and an explicit cache of
+  the shared instructions where its creation and storage pay
+  (:meth:`GeminiCost.explicit_cache`).
 - :class:`SlotCost`: an engine with one KV prefix per slot (llama.cpp, the
   fake backend), wall time from a per-machine calibration when one exists.
 - :class:`BlockCost`: vLLM's block-granular shared cache, or a replay on the
@@ -33,11 +37,13 @@ from semframe.cost.cachesim import (
     AnthropicCacheSim,
     AnthropicRules,
     Block,
+    GeminiCacheSim,
+    GeminiRules,
     OpenAICacheSim,
     OpenAIRules,
 )
 from semframe.cost.calibration import LocalCalibration, load_calibration
-from semframe.cost.framing import anthropic_framing, openai_framing
+from semframe.cost.framing import anthropic_framing, gemini_framing, openai_framing
 from semframe.cost.pricing import Price, cost, price_for
 from semframe.cost.simulate import Encoder, Pieces, replay, simulate_async, slots_of
 from semframe.cost.tokens import count, encoding_for_model, encoding_name_for_model
@@ -45,13 +51,16 @@ from semframe.errors import ConfigError
 from semframe.serving.vllm.timing import predict
 
 __all__ = [
+    "EXPLICIT_CACHE_MARGIN_S",
     "MAX_BREAKPOINTS",
     "READ_MULTIPLIER",
+    "TTL_SECONDS",
     "WRITE_MULTIPLIER",
     "AnthropicCost",
     "BlockCost",
     "CacheFigures",
     "CostModel",
+    "GeminiCost",
     "LatencyModel",
     "OpenAICost",
     "RunShape",
@@ -59,6 +68,7 @@ __all__ = [
     "Tokenizer",
     "cache_key",
     "choose_breakpoints",
+    "explicit_cache_pays",
     "min_cacheable_tokens",
     "min_sharers",
     "routing_key",
@@ -71,6 +81,13 @@ READ_MULTIPLIER = 0.1
 """Anthropic cache reads, as a multiple of the input price."""
 WRITE_MULTIPLIER = {"5m": 1.25, "1h": 2.0}
 """Anthropic cache writes, as a multiple of the input price, per TTL."""
+TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+"""Seconds of each cache TTL setting."""
+EXPLICIT_CACHE_MARGIN_S = 30.0
+"""A Gemini explicit cache is replaced by a new one this long before its TTL ends.
+
+No request is sent naming a cache about to expire; the backend and the
+estimator both use the cache for ``TTL - margin`` seconds."""
 
 
 @dataclass(frozen=True)
@@ -608,6 +625,160 @@ class AnthropicCost(_ApiCost):
         return CacheFigures(totals[0], totals[1], totals[2], totals[3], wall)
 
 
+def explicit_cache_pays(sharers: int, price: Price, ttl: str) -> bool:
+    """Whether a Gemini explicit cache read by ``sharers`` requests costs less than none.
+
+    The cache is created once (its tokens at the input price) and stored for
+    its TTL (``cache_write_5m`` / ``cache_write_1h`` hold both, per token);
+    each of its readers then pays the cache price instead of the input price.
+    Implicit hits are not counted on: Google guarantees none.
+
+    Examples
+    --------
+    >>> from semframe.cost.pricing import price_for
+    >>> pro = price_for("gemini-2.5-pro")  # 1.25 input, 0.125 cached, 4.50 storage
+    >>> explicit_cache_pays(5, pro, "1h"), explicit_cache_pays(6, pro, "1h")
+    (False, True)
+    >>> explicit_cache_pays(2, pro, "5m")
+    True
+    """
+    write = price.cache_write_1h if ttl == "1h" else price.cache_write_5m
+    return sharers * (price.input - price.cache_read) > write
+
+
+@dataclass(eq=False)
+class GeminiCost(_ApiCost):
+    """Gemini: implicit prefix caching in one shared cache, explicit caches where they pay.
+
+    Implicit caching (Gemini 2.5 and later) is automatic and prefix-based: no
+    routing key exists, so it is modelled as one shared cache per model
+    (:class:`~semframe.cost.cachesim.GeminiCacheSim`) where only the order of
+    requests decides hits; cached tokens are part of ``prompt_tokens`` and
+    cost 10% of input. The model also decides when the backend puts the shared
+    instructions (and system prompt) in an explicit cache
+    (:meth:`explicit_cache`): when they reach the model's minimum and enough
+    requests will read the cache within its lifetime to repay its creation
+    and its storage for the TTL. A created cache is billed as a write
+    (``cache_write_tokens``, counted in ``prompt_tokens`` beside the reads;
+    priced creation + storage). Batch runs use no explicit caches (Gemini's
+    batch API does not take them).
+    """
+
+    latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.6, 0.01, 0.0, 0.007))
+    ttl: Literal["5m", "1h"] = "5m"
+    minimum: int = 2048  # the shortest cacheable prefix
+    _token_cache: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def warm_start(self) -> bool:
+        # One shared cache: once the first request is answered, every request
+        # after it finds the head every prompt shares.
+        return True
+
+    def _written(self, usage: Usage) -> int:
+        return usage.cache_write_tokens
+
+    def _ttl(self) -> str:
+        return self.ttl
+
+    def _chat_framing(self) -> tuple[list[int], list[int], list[int]]:
+        return gemini_framing()
+
+    def _tokens(self, text: str) -> int:
+        found = self._token_cache.get(text)
+        if found is None:
+            found = count([text])[0] if text else 0
+            if len(self._token_cache) > 200_000:
+                self._token_cache.clear()
+            self._token_cache[text] = found
+        return found
+
+    @property
+    def lifetime_s(self) -> float:
+        """Seconds one explicit cache is used before a new one replaces it."""
+        return TTL_SECONDS[self.ttl] - EXPLICIT_CACHE_MARGIN_S
+
+    def readers(self, shared_by: int, max_tokens: int) -> int:
+        """Requests expected to read one explicit cache: its sharers, or those one lifetime serves.
+
+        At ``concurrency`` requests in flight, each taking the latency model's
+        time for ``max_tokens`` of output.
+        """
+        per_request = max(self.latency.seconds(max_tokens), 1e-3)
+        served = math.ceil(self.concurrency * self.lifetime_s / per_request)
+        return max(1, min(shared_by, served))
+
+    def explicit_cache(self, request: Request, *, batch: bool = False) -> int:
+        """Where ``request``'s explicit cache ends (an offset into its prompt); 0: none.
+
+        Only the instruction block (``Request.prefix[0]``, shared by the whole
+        relQuery) is considered, with the system prompt: it must reach the
+        model's minimum (counted approximately, with o200k) and
+        :func:`explicit_cache_pays` for the requests one cache serves.
+        """
+        if batch or self.price is None or not request.prefix:
+            return 0
+        end, shared = request.prefix[0]
+        tokens = self._tokens(request.system or "") + self._tokens(request.prompt[:end])
+        if tokens < self.minimum:
+            return 0
+        readers = self.readers(shared, request.max_tokens)
+        return end if explicit_cache_pays(readers, self.price, self.ttl) else 0
+
+    def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
+        price = self._priced()
+        rules = GeminiRules(min_tokens=price.min_cacheable_tokens, step=price.cache_step_tokens)
+        sim = GeminiCacheSim(rules)
+        _, _, reply = self._chat_framing()
+        system = plan.relquery.system
+        head = pieces.tokens(system) if system else []
+        created: dict[str, float] = {}  # explicit cache -> when it was made
+        tickets: dict[int, Any] = {}
+        totals = [0, 0, 0]  # prompt (writes included), cached, written
+
+        def arrive(i: int, t: float) -> None:
+            req = plan.requests[i]
+            tokens = list(head)
+            for p in pieces.parts(i):
+                tokens += pieces.tokens(p)
+            tokens += reply
+            explicit = 0
+            cut = self.explicit_cache(req, batch=shape.batch)
+            if cut:
+                explicit = len(head) + len(pieces.span(i, 0, cut))
+                key = cache_key(system or "", req.prompt[:cut])
+                since = created.get(key)
+                if since is None or t - since >= self.lifetime_s:
+                    created[key] = t
+                    totals[0] += explicit
+                    totals[2] += explicit
+            ticket = sim.begin(tokens, arrival=t, explicit=explicit)
+            tickets[i] = ticket
+            totals[0] += ticket.result.prompt_tokens
+            totals[1] += ticket.result.cached_tokens
+
+        def complete(i: int, t: float) -> None:
+            sim.complete(tickets.pop(i), at=t)
+
+        wall = self._replay(plan, shape, arrive, complete)
+        written = totals[2]
+        w5, w1 = (0, written) if self.ttl == "1h" else (written, 0)
+        return CacheFigures(totals[0], totals[1], w5, w1, wall)
+
+    def notes(self, shape: RunShape) -> list[str]:
+        notes = [
+            "Gemini's implicit cache hits are not guaranteed: modelled as one shared cache "
+            "that finds a prefix once a request with it has been answered"
+        ]
+        if shape.batch:
+            notes.append(
+                "batch API: 50% off uncached input and output; cached tokens at the cache "
+                "price (Gemini's discounts do not stack), no explicit caches; results "
+                "within 24 h"
+            )
+        return notes
+
+
 def openai_cost(
     model: str, prices: Mapping[str, Mapping[str, Any]] | None, *, concurrency: int
 ) -> OpenAICost:
@@ -635,6 +806,28 @@ def anthropic_cost(
         problem=problem,
         ttl="1h" if ttl == "1h" else "5m",
         minimum=min_cacheable_tokens(model, prices),
+    )
+
+
+def gemini_cost(
+    model: str,
+    prices: Mapping[str, Mapping[str, Any]] | None,
+    *,
+    concurrency: int,
+    ttl: str,
+) -> GeminiCost:
+    """The cost model of ``model`` on the Gemini API (prices from the table)."""
+    if ttl not in TTL_SECONDS:
+        msg = f"cache_ttl must be '5m' or '1h', got {ttl!r}."
+        raise ConfigError(msg)
+    price, problem = api_price("gemini", model, prices)
+    return GeminiCost(
+        model,
+        price,
+        concurrency,
+        problem=problem,
+        ttl="1h" if ttl == "1h" else "5m",
+        minimum=price.min_cacheable_tokens if price is not None else 2048,
     )
 
 

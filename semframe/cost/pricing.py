@@ -2,7 +2,8 @@
 
 The table lives in ``semframe/data/prices.toml``: per model its provider, prices
 per million tokens (input, cached input / cache reads, cache writes for the 5
-minute and 1 hour TTLs, output), the batch discount, the minimum cacheable
+minute and 1 hour TTLs, output, Gemini's explicit-cache storage per hour), the
+batch discount and whether it stacks with cache prices, the minimum cacheable
 prompt length, the date the price is known to have been in effect and the page
 it was taken from. Users add or override models with ``[prices."model-name"]``
 tables in ``semframe.toml``; :func:`price_for` takes those tables as a mapping.
@@ -33,8 +34,8 @@ from semframe.errors import ConfigError
 
 __all__ = ["Cost", "Price", "cost", "known_models", "load_prices", "price_for"]
 
-Provider = Literal["openai", "anthropic"]
-_PROVIDERS = ("openai", "anthropic")
+Provider = Literal["openai", "anthropic", "gemini"]
+_PROVIDERS = ("openai", "anthropic", "gemini")
 _PER = 1_000_000
 
 
@@ -46,7 +47,7 @@ class Price:
     ----------
     model : str
         Canonical model name (dated snapshots map to it).
-    provider : {"openai", "anthropic"}
+    provider : {"openai", "anthropic", "gemini"}
         Which API serves it; decides the caching rules.
     input : float
         Uncached input tokens.
@@ -54,24 +55,37 @@ class Price:
         Output tokens.
     cache_read : float
         Input tokens served from the prompt cache (OpenAI "cached input",
-        Anthropic "cache reads").
+        Anthropic "cache reads", Gemini "context caching").
     cache_write_5m : float
         Anthropic cache writes with the 5-minute TTL (OpenAI: ``input``; writes
-        are free there, cached prompts are billed as ordinary input).
+        are free there, cached prompts are billed as ordinary input). Gemini:
+        an explicit cache with a 5-minute TTL, per token: its creation (the
+        input price) plus its storage for 5 minutes.
     cache_write_1h : float
-        Anthropic cache writes with the 1-hour TTL (OpenAI: ``input``).
+        Anthropic cache writes with the 1-hour TTL (OpenAI: ``input``; Gemini:
+        creation plus one hour of storage).
     min_cacheable_tokens : int
         Shortest prefix the provider caches.
     cache_step_tokens : int
         Cached prefixes grow in steps of this many tokens (OpenAI 128, Anthropic 1).
     batch_discount : float
-        Multiplier on every component for batch requests (0.5 = 50% off).
+        Multiplier for batch requests (0.5 = 50% off): on every component, or
+        only on uncached input and output where it does not stack with cache
+        prices (``batch_stacks_cache``).
     as_of : str
         ISO date the price is known to have been in effect.
     source : str
         Where the price is published.
     note : str or None
         Caveats (e.g. long-context surcharges not modelled).
+    cache_storage_per_hour : float
+        Gemini explicit caches: storage, dollars per million tokens per hour
+        (0 where the provider charges none). Folded into the cache write prices
+        an entry does not state.
+    batch_stacks_cache : bool
+        Whether the batch discount applies on top of cache prices. Gemini: no,
+        a cached token in a batch is billed at the cache price (and explicit
+        cache writes are never part of a batch).
     """
 
     model: str
@@ -87,6 +101,8 @@ class Price:
     as_of: str
     source: str
     note: str | None = None
+    cache_storage_per_hour: float = 0.0
+    batch_stacks_cache: bool = True
 
     @property
     def cached_input(self) -> float:
@@ -151,7 +167,9 @@ def cost(
     output_tokens : int
         Generated tokens.
     batch : bool
-        Apply the batch discount to every component.
+        Apply the batch discount: to every component, or, where the price says
+        it does not stack with cache prices (Gemini), to uncached input and
+        output only.
 
     Returns
     -------
@@ -166,6 +184,13 @@ def cost(
     (0.0075, 0.00795)
     >>> round(cost(p, output_tokens=1_000_000, batch=True).total, 2)
     7.5
+
+    On Gemini the batch discount does not stack with the cache price:
+
+    >>> g = price_for("gemini-2.5-flash")
+    >>> c = cost(g, uncached_input_tokens=1_000_000, cached_input_tokens=1_000_000, batch=True)
+    >>> round(c.uncached_input, 6), round(c.cached_input, 6)
+    (0.15, 0.03)
     """
     counts = (
         uncached_input_tokens,
@@ -178,14 +203,15 @@ def cost(
         msg = f"token counts must be >= 0, got {counts}"
         raise ValueError(msg)
     k = price.batch_discount if batch else 1.0
+    kc = k if price.batch_stacks_cache else 1.0  # on cache reads and writes
     return Cost(
         uncached_input=uncached_input_tokens * price.input * k / _PER,
-        cached_input=cached_input_tokens * price.cache_read * k / _PER,
+        cached_input=cached_input_tokens * price.cache_read * kc / _PER,
         cache_writes=(
             cache_write_5m_tokens * price.cache_write_5m
             + cache_write_1h_tokens * price.cache_write_1h
         )
-        * k
+        * kc
         / _PER,
         output=output_tokens * price.output * k / _PER,
     )
@@ -200,8 +226,10 @@ _FLOAT_KEYS = (
     "cache_write_5m",
     "cache_write_1h",
     "batch_discount",
+    "cache_storage_per_hour",
 )
 _INT_KEYS = ("min_cacheable_tokens", "cache_step_tokens")
+_BOOL_KEYS = ("batch_stacks_cache",)
 _STR_KEYS = ("as_of", "source", "note")
 _ALIASES = {"cached_input": "cache_read"}
 _MULTIPLIERS = {
@@ -210,10 +238,13 @@ _MULTIPLIERS = {
     "cache_write_1h": "cache_write_1h_multiplier",
 }
 """A cache price a model's entry does not give: its input price times the provider's rule."""
+_STORED_HOURS = {"cache_write_5m": 5 / 60, "cache_write_1h": 1.0}
+"""Hours of storage a cache write buys, per TTL (Gemini: ``cache_storage_per_hour`` times these)."""
 _VALID_KEYS = (
     "provider",
     *_FLOAT_KEYS,
     *_INT_KEYS,
+    *_BOOL_KEYS,
     *_STR_KEYS,
     *_ALIASES,
     *_MULTIPLIERS.values(),
@@ -246,16 +277,21 @@ def _make(model: str, raw: Mapping[str, Any], defaults: Mapping[str, Mapping[str
             msg = f"{where}: {key!r} (dollars per million tokens) is required"
             raise ConfigError(msg)
     inp = values["input"]
+    storage = values.setdefault("cache_storage_per_hour", 0.0)
+    if isinstance(storage, bool) or not isinstance(storage, int | float) or storage < 0:
+        msg = f"{where}: 'cache_storage_per_hour' must be a number >= 0, got {storage!r}"
+        raise ConfigError(msg)
     for key, rule in _MULTIPLIERS.items():
         factor = values.pop(rule, 1.0)
         if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 0:
             msg = f"{where}: {rule!r} must be a number >= 0, got {factor!r}"
             raise ConfigError(msg)
         if isinstance(inp, int | float) and not isinstance(inp, bool):
-            values.setdefault(key, factor * inp)
+            values.setdefault(key, factor * inp + storage * _STORED_HOURS.get(key, 0.0))
     values.setdefault("min_cacheable_tokens", 1024)
     values.setdefault("cache_step_tokens", 1)
     values.setdefault("batch_discount", 0.5)
+    values.setdefault("batch_stacks_cache", True)
     values.setdefault("as_of", "unknown")
     values.setdefault("source", "user override")
     for key in _FLOAT_KEYS:
@@ -268,6 +304,10 @@ def _make(model: str, raw: Mapping[str, Any], defaults: Mapping[str, Mapping[str
         v = values[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             msg = f"{where}: {key!r} must be an integer >= 1, got {v!r}"
+            raise ConfigError(msg)
+    for key in _BOOL_KEYS:
+        if not isinstance(values[key], bool):
+            msg = f"{where}: {key!r} must be true or false, got {values[key]!r}"
             raise ConfigError(msg)
     for key in _STR_KEYS:
         v = values.get(key)

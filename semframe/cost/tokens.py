@@ -14,8 +14,10 @@ Encodings are built lazily, once per process (about half a second each).
 
 Anthropic publishes no tokenizer. For Claude models :func:`count_for_model`
 returns ``o200k_base`` counts flagged ``exact=False``; Claude's own counts differ
-(typically by 5-20% on English prose). The provider emulator uses ``o200k_base``
-for both providers, so estimates against the emulator are exact.
+(typically by 5-20% on English prose). Google publishes no offline Gemini
+tokenizer either (its ``countTokens`` needs the network): Gemini counts are
+``o200k_base`` counts flagged the same way. The provider emulator uses
+``o200k_base`` for every provider, so estimates against the emulator are exact.
 
 Examples
 --------
@@ -279,8 +281,9 @@ def encoding_name_for_model(model: str) -> EncodingChoice:
     """The encoding a model's prompts are counted with.
 
     GPT-4o, GPT-4.1, GPT-5 and the o-series use ``o200k_base``; GPT-4 and
-    GPT-3.5 use ``cl100k_base``. Claude models get ``o200k_base`` with
-    ``exact=False`` (Anthropic publishes no tokenizer); any other model gets
+    GPT-3.5 use ``cl100k_base``. Claude and Gemini models get ``o200k_base``
+    with ``exact=False`` (neither provider publishes an offline tokenizer); any
+    other model gets
     ``o200k_base`` with a note saying it was a guess.
 
     Examples
@@ -301,6 +304,12 @@ def encoding_name_for_model(model: str) -> EncodingChoice:
         note = (
             "Anthropic publishes no tokenizer: Claude token counts are approximated "
             "with o200k_base (Claude's own counts are typically 5-20% higher)"
+        )
+        return EncodingChoice(model, "o200k_base", False, note)
+    if name.startswith("gemini"):
+        note = (
+            "Google publishes no offline Gemini tokenizer: Gemini token counts are "
+            "approximated with o200k_base (Gemini's own counts differ)"
         )
         return EncodingChoice(model, "o200k_base", False, note)
     return EncodingChoice(

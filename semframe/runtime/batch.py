@@ -119,7 +119,7 @@ def run_batch(
     if not backend.capabilities.batch_api:
         msg = (
             f"backend {backend.name!r} has no batch API; batch=True works with backends "
-            "that have one ('openai' and 'anthropic')."
+            "that have one ('openai', 'anthropic' and 'gemini')."
         )
         raise ConfigError(msg)
     bb = cast(BatchBackend, backend)

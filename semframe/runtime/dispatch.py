@@ -187,6 +187,23 @@ class RateLimiter:
             while (wait := self.wait_time(tokens)) > 0:
                 await asyncio.sleep(wait)
 
+    def refund(self, tokens: int) -> None:
+        """Give back ``tokens`` of a reservation that was not used (negative: take more).
+
+        Examples
+        --------
+        >>> limiter = RateLimiter(None, 600, clock=lambda: 0.0)  # burst of 100 tokens
+        >>> limiter.wait_time(100), limiter.wait_time(100) > 0
+        (0.0, True)
+        >>> limiter.refund(60)
+        >>> limiter.wait_time(50)
+        0.0
+        """
+        self._refill()
+        for i, kind in enumerate(self.kinds):
+            if kind == "tokens":
+                self.level[i] = min(self.capacity[i], self.level[i] + tokens)
+
 
 class AsyncDispatcher(_Groups):
     """Prefix groups for a shared cache: leaders first, then each group fanned out.

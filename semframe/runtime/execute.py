@@ -48,7 +48,8 @@ from semframe.errors import (
     TransientError,
 )
 from semframe.runtime.deadlines import Deadlines, InFlight
-from semframe.runtime.dispatch import RateLimiter, backoff, run_async, run_threads
+from semframe.runtime.dispatch import backoff, run_async, run_threads
+from semframe.runtime.pacing import Pacer, Ticket, account_of
 from semframe.runtime.progress import Progress
 from semframe.runtime.stats import RunStats, record_run
 
@@ -95,6 +96,8 @@ class Totals:
     unconfirmed: int = 0  # answers lost after the provider may have billed them
     unconfirmed_prompt: int = 0  # their prompt tokens, charged without a report
     unconfirmed_output: int = 0  # their output, estimated (see ``output_charge``)
+    rate_limited: int = 0  # 429s met (async runs: the pacer's count)
+    paced_s: float = 0.0  # seconds requests waited for the pace
     largest_output: int = 0  # the longest answer reported so far, in tokens
 
     def add(self, usage: Usage) -> None:
@@ -165,6 +168,8 @@ def run_stats(
         unconfirmed=totals.unconfirmed,
         unconfirmed_tokens=lost.prompt_tokens + lost.output_tokens,
         unconfirmed_dollars=bill(lost, batch=batch) if totals.unconfirmed else None,
+        rate_limited=totals.rate_limited,
+        paced_seconds=totals.paced_s,
     )
 
 
@@ -307,7 +312,10 @@ def execute(
         Used for backoff on the thread path (tests pass a fake clock).
     rpm, tpm : int, optional
         Client-side limits (async backends): requests and tokens per minute,
-        tokens estimated as prompt bytes / 4 plus ``max_tokens``.
+        tokens reserved as prompt bytes / 4 plus ``max_tokens`` and settled to
+        each answer's usage. Async runs are also paced by the provider's own
+        limits as its response headers report them, and slowed by 429s
+        (:class:`~semframe.runtime.pacing.Pacer`).
     timeout : float, optional
         The most one attempt of an async request may wait for its answer; the
         limit of each attempt is scaled below it
@@ -453,17 +461,14 @@ def execute(
         record(send.requests[pos].id, outcome)
 
     halted: list[bool] = []
+    pacer = Pacer(workers, rpm=rpm, tpm=tpm, account=account_of(backend))
     try:
         if m == 0:
             pass  # everything came from the result cache
         elif caps.async_io:
             deadlines = None if timeout is None else Deadlines(timeout, row_timeout)
             drive = _async_driver(
-                cast(AsyncBackend, backend),
-                start_attempts,
-                RateLimiter(rpm, tpm) if (rpm or tpm) else None,
-                deadlines,
-                in_flight,
+                cast(AsyncBackend, backend), start_attempts, pacer, deadlines, in_flight
             )
             aio.run(
                 run_async(
@@ -514,6 +519,7 @@ def execute(
         if cache is not None:
             cache.flush()  # answers so far are kept, however the run ended
     done = [o for o in outcomes if o is not None]
+    totals.rate_limited, totals.paced_s = pacer.throttled, pacer.paced_s
     stats = run_stats(plan, backend, totals, start, workers, batch=False)
     record_run(stats)
     if refused or (halted and len(done) != n):
@@ -566,11 +572,14 @@ def interrupted_message(answered: int, rows: int, *, stored: bool, in_flight: in
 def _async_driver(
     backend: AsyncBackend,
     start_attempts: Callable[[Request], Generator[Any, Any, Outcome]],
-    limiter: RateLimiter | None,
+    pacer: Pacer,
     deadlines: Deadlines | None,
     in_flight: InFlight,
 ) -> Callable[[Request], Any]:
     """``drive(request)``: a coroutine stepping the request's attempts on the I/O loop.
+
+    Each attempt waits for the ``pacer`` (configured rate limits, the
+    provider's as its headers report them, 429s) and tells it how it ended.
 
     With ``deadlines``, an attempt that waits past its limit counts as a
     timeout (retried like one; the provider may have billed it), and a row
@@ -581,15 +590,14 @@ def _async_driver(
     async def drive(request: Request) -> Outcome:
         steps = start_attempts(request)
         command = next(steps)
-        estimate = (len(request.prompt) + len(request.system or "")) // 4 + request.max_tokens
+        estimate = (len(request.prompt) + len(request.system or "")) // 4
         waited = 0.0  # what this row's attempts have waited (Deadlines.counted)
         tries = 0
         last = ""
         while True:
             result: Any = None
             if command is SEND:
-                if limiter is not None:
-                    await limiter.acquire(estimate)
+                ticket = await pacer.acquire(estimate, max_tokens=request.max_tokens)
                 tries += 1
                 in_flight.start(request.id)
                 start = time.monotonic()
@@ -597,6 +605,7 @@ def _async_driver(
                     result = await _attempt(backend, request, deadlines, waited)
                 finally:
                     in_flight.stop(request.id)
+                    await _paced(pacer, ticket, result)
                 if deadlines is not None:
                     waited += deadlines.counted(start, time.monotonic())
                 if isinstance(result, TransientError):
@@ -618,6 +627,18 @@ def _async_driver(
                 return Outcome(None, "", "backend", why, tries)
 
     return drive
+
+
+async def _paced(pacer: Pacer, ticket: Ticket, result: Any) -> None:
+    """Tell the pacer how an attempt ended (``result``: its answer, its error, or ``None``)."""
+    if isinstance(result, Completion):
+        await pacer.done(ticket, result, limits=result.limits)
+    elif isinstance(result, TransientError):
+        await pacer.done(
+            ticket, None, rate_limited=result.rate_limited, retry_after=result.retry_after
+        )
+    else:
+        await pacer.done(ticket, None)
 
 
 def _row_rule(deadlines: Deadlines) -> str:

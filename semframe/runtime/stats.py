@@ -45,6 +45,10 @@ class RunStats:
     any: an estimate on the high side), and ``unconfirmed_dollars`` its price.
     ``dollars`` is the reported usage's price plus that charge, so that a
     budget is not passed by answers that were paid for and lost.
+
+    ``rate_limited`` counts the provider's 429s (each retried; the run slowed
+    down at the first), and ``paced_seconds`` the time requests waited to keep
+    within the account's rate limits (summed over requests).
     """
 
     op: str
@@ -69,6 +73,8 @@ class RunStats:
     unconfirmed: int = 0
     unconfirmed_tokens: int = 0
     unconfirmed_dollars: float | None = None
+    rate_limited: int = 0
+    paced_seconds: float = 0.0
 
     @property
     def cached_share(self) -> float:
@@ -87,6 +93,11 @@ class RunStats:
                 f" (with {self.unconfirmed} answer(s) lost after being sent, charged "
                 f"{self.unconfirmed_tokens:,} tok unconfirmed)"
                 if self.unconfirmed
+                else ""
+            )
+            + (
+                f"; {self.rate_limited} rate-limited (429), paced {self.paced_seconds:.1f} s"
+                if self.rate_limited
                 else ""
             )
             + (" (batch)" if self.batch else "")

@@ -1,4 +1,4 @@
-"""A local provider emulator: OpenAI and Anthropic wire formats on loopback.
+"""A local provider emulator: OpenAI, Anthropic and Gemini wire formats on loopback.
 
 Tests and benchmarks point the official SDK clients at it. It applies each
 provider's prompt-caching rules (:mod:`semframe.cost.cachesim`) to the tokens it
@@ -27,12 +27,14 @@ from semframe.cost.framing import (
 from semframe.testing.emulator.clock import Clock, ManualClock, MonotonicClock
 from semframe.testing.emulator.faults import Fault, FaultKind, FaultPlan, FaultRule
 from semframe.testing.emulator.ledger import Ledger, LedgerEntry, Totals
+from semframe.testing.emulator.limits import AccountLimits
 from semframe.testing.emulator.responder import Responder, default_responder, minimal_instance
 from semframe.testing.emulator.server import Latency, ProviderEmulator
 
 __all__ = [
     "MESSAGE_OVERHEAD",
     "REPLY_PRIMING",
+    "AccountLimits",
     "Clock",
     "Fault",
     "FaultKind",

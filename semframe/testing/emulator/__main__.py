@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     emu.start()
     sys.stdout.write(
         f"OpenAI base_url:    {emu.openai_url}\nAnthropic base_url: {emu.anthropic_url}\n"
+        f"Gemini base_url:    {emu.gemini_url}\n"
     )
     sys.stdout.flush()
     try:

@@ -97,7 +97,7 @@ class FaultRule:
         Chance that a matching request fails (drawn from ``random.Random(seed)``).
     when : callable or None
         Predicate on the prompt text.
-    provider : {"openai", "anthropic"} or None
+    provider : {"openai", "anthropic", "gemini"} or None
         Restrict to one provider's endpoints.
     fired : int
         How many requests this rule failed so far.
@@ -155,7 +155,7 @@ class FaultPlan:
             Seed of the rule's random draws.
         when : callable, optional
             Only requests whose prompt text satisfies this predicate.
-        provider : {"openai", "anthropic"}, optional
+        provider : {"openai", "anthropic", "gemini"}, optional
             Only this provider's endpoints.
         """
         if count is not None and count < 1:
@@ -164,8 +164,8 @@ class FaultPlan:
         if not 0.0 <= probability <= 1.0:
             msg = f"probability must be in [0, 1], got {probability}"
             raise ValueError(msg)
-        if provider not in (None, "openai", "anthropic"):
-            msg = f"provider must be 'openai', 'anthropic' or None, got {provider!r}"
+        if provider not in (None, "openai", "anthropic", "gemini"):
+            msg = f"provider must be 'openai', 'anthropic', 'gemini' or None, got {provider!r}"
             raise ValueError(msg)
         rule = FaultRule(fault, count, probability, when, provider, seed)
         with self._lock:

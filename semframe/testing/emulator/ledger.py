@@ -16,7 +16,7 @@ class LedgerEntry:
 
     Attributes
     ----------
-    provider : {"openai", "anthropic"}
+    provider : {"openai", "anthropic", "gemini"}
         Which wire format it came in.
     model : str
         Model asked for.
@@ -28,7 +28,8 @@ class LedgerEntry:
     cached_tokens : int
         Prompt tokens read from the cache.
     cache_write_5m_tokens, cache_write_1h_tokens : int
-        Prompt tokens written to the cache (Anthropic; 0 on OpenAI).
+        Prompt tokens written to the cache (Anthropic; a Gemini explicit cache's
+        creation, under 5m for a TTL up to 5 minutes, else 1h; 0 on OpenAI).
     output_tokens : int
         Generated tokens.
     cost : Cost
@@ -43,6 +44,9 @@ class LedgerEntry:
         OpenAI ``prompt_cache_key`` (or ``user``) sent with the request.
     fault : str or None
         The injected fault, if one fired.
+    kind : {"request", "cache"}
+        A request, or the creation of a Gemini explicit cache (its tokens at
+        the input price and its storage for the TTL, under ``cache_writes``).
     """
 
     provider: str
@@ -60,6 +64,7 @@ class LedgerEntry:
     custom_id: str | None = None
     prompt_cache_key: str | None = None
     fault: str | None = None
+    kind: str = "request"
 
     @property
     def cache_write_tokens(self) -> int:
@@ -84,9 +89,10 @@ class Totals:
     Attributes
     ----------
     requests : int
-        Entries counted (failed ones included).
+        Requests counted (failed ones included; explicit cache creations are not
+        requests, but their tokens and cost are in the sums).
     failed : int
-        Entries with a status other than 200.
+        Requests with a status other than 200.
     prompt_tokens, cached_tokens, cache_write_tokens, output_tokens : int
         Token sums.
     cost : Cost
@@ -146,9 +152,10 @@ class Ledger:
         total_cost = Cost()
         for e in entries:
             total_cost = total_cost + e.cost
+        requests = [e for e in entries if e.kind == "request"]
         return Totals(
-            requests=len(entries),
-            failed=sum(e.status != 200 for e in entries),
+            requests=len(requests),
+            failed=sum(e.status != 200 for e in requests),
             prompt_tokens=sum(e.prompt_tokens for e in entries),
             cached_tokens=sum(e.cached_tokens for e in entries),
             cache_write_tokens=sum(e.cache_write_tokens for e in entries),

@@ -1,4 +1,4 @@
-"""A local HTTP server speaking the OpenAI and Anthropic wire formats.
+"""A local HTTP server speaking the OpenAI, Anthropic and Gemini wire formats.
 
 See :class:`ProviderEmulator`; the rules it applies are documented in
 ``docs/emulator.md`` and in :mod:`semframe.cost.cachesim`.
@@ -43,7 +43,9 @@ from semframe.cost.tokens import encoding
 from semframe.errors import ConfigError
 from semframe.testing.emulator.clock import Clock, MonotonicClock
 from semframe.testing.emulator.faults import Fault, FaultPlan
+from semframe.testing.emulator.gemini import GeminiService
 from semframe.testing.emulator.ledger import Ledger, LedgerEntry
+from semframe.testing.emulator.limits import AccountLimits, LimitState
 from semframe.testing.emulator.responder import Responder, default_responder
 
 __all__ = ["Latency", "ProviderEmulator"]
@@ -228,6 +230,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     (m, re.compile(p), name)
     for m, p, name in [
         ("POST", r"/v1/chat/completions", "chat"),
+        # Azure OpenAI's layout (openai.AzureOpenAI): the model is the deployment.
+        ("POST", r"/openai/deployments/[^/]+/chat/completions", "chat"),
         ("POST", r"/v1/files", "file_upload"),
         ("GET", r"/v1/files/(?P<id>[^/]+)", "file_get"),
         ("GET", r"/v1/files/(?P<id>[^/]+)/content", "file_content"),
@@ -245,10 +249,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
 
 
 class ProviderEmulator:
-    """OpenAI and Anthropic on loopback, with their caching and billing rules.
+    """OpenAI, Anthropic and Gemini on loopback, with their caching and billing rules.
 
     Use it as a context manager; point the official SDK clients at
-    :attr:`openai_url` and :attr:`anthropic_url`::
+    :attr:`openai_url`, :attr:`anthropic_url` and :attr:`gemini_url` (Gemini's
+    routes live in :mod:`semframe.testing.emulator.gemini`)::
 
         with ProviderEmulator() as emu:
             client = openai.OpenAI(base_url=emu.openai_url, api_key="x")
@@ -281,6 +286,11 @@ class ProviderEmulator:
         Batches complete no earlier than this long (emulator clock) after creation.
     batch_polls : int
         Batches complete on the first retrieval after this many retrievals.
+    rate_limits : AccountLimits, optional
+        The account's requests and tokens per minute, enforced on live
+        requests (a 429 with ``Retry-After`` when a bucket is short) and
+        reported in every response's rate-limit headers
+        (:mod:`~semframe.testing.emulator.limits`); default unlimited.
     """
 
     def __init__(
@@ -297,6 +307,7 @@ class ProviderEmulator:
         api_keys: Collection[str] | None = None,
         batch_delay_s: float = 0.0,
         batch_polls: int = 0,
+        rate_limits: AccountLimits | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -309,6 +320,8 @@ class ProviderEmulator:
         self.api_keys = frozenset(api_keys) if api_keys is not None else None
         self.batch_delay_s = batch_delay_s
         self.batch_polls = batch_polls
+        self.rate_limits = rate_limits
+        self.limits = LimitState(rate_limits, self.clock) if rate_limits else None
         self.ledger = Ledger()
         self.faults = FaultPlan()
         self._lock = threading.RLock()  # caches, files, batches, ids
@@ -318,6 +331,7 @@ class ProviderEmulator:
         self._batches: dict[str, _Batch] = {}
         self._ids = itertools.count(1)
         self._stopping = threading.Event()
+        self._gemini = GeminiService(self, self._stopping)  # the Gemini routes
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -389,6 +403,11 @@ class ProviderEmulator:
         """``base_url`` for ``anthropic.Anthropic``."""
         return self.base_url
 
+    @property
+    def gemini_url(self) -> str:
+        """``base_url`` for ``google.genai.Client`` (its ``HttpOptions``): ``.../gemini``."""
+        return f"{self.base_url}/gemini"
+
     def reset(self) -> None:
         """Forget caches, ledger, fault rules, files and batches."""
         with self._lock:
@@ -396,8 +415,11 @@ class ProviderEmulator:
             self._anthropic_sims.clear()
             self._files.clear()
             self._batches.clear()
+        self._gemini.reset()
         self.ledger.reset()
         self.faults.clear()
+        if self.rate_limits is not None:
+            self.limits = LimitState(self.rate_limits, self.clock)
 
     # ------------------------------------------------------------ plumbing
 
@@ -467,14 +489,40 @@ class ProviderEmulator:
                 "request_id": request_id,
             }
             headers.append(("request-id", request_id))
+        if self.limits is not None:
+            headers += self.limits.headers(provider)
         return _Reply(failure.status, _dumps(payload), headers=tuple(headers))
 
     def _ok(self, provider: Provider, payload: Any) -> _Reply:
         name = "x-request-id" if provider == "openai" else "request-id"
-        return _Reply(200, _dumps(payload), headers=((name, self._new_id("req_")),))
+        headers = [(name, self._new_id("req_"))]
+        if self.limits is not None:
+            headers += self.limits.headers(provider)
+        return _Reply(200, _dumps(payload), headers=tuple(headers))
+
+    def _admit(self, provider: Provider, model: str, tokens: int) -> None:
+        """Take a live request from the account's rate limits; a 429 when they are short."""
+        if self.limits is None:
+            return
+        wait = self.limits.admit(tokens)
+        if wait is None:
+            return
+        now = self.clock.now()
+        self.ledger.record(
+            LedgerEntry(
+                provider, model, 429, 0, 0, 0, 0, 0, Cost(), now, now,
+                False, None, None, "rate_limit",
+            )
+        )  # fmt: skip
+        msg = (
+            f"Rate limit reached for {model} (the emulator's account limits: "
+            f"{self.rate_limits}). Please try again in {wait:g}s."
+        )
+        raise _Failure(429, msg, retry_after=wait)
 
     def _authorized(self, provider: Provider, headers: Mapping[str, str]) -> bool:
-        key = headers.get("x-api-key") if provider == "anthropic" else None
+        # Anthropic sends x-api-key; Azure OpenAI clients send api-key.
+        key = headers.get("x-api-key" if provider == "anthropic" else "api-key")
         auth = headers.get("authorization", "")
         if not key and auth.lower().startswith("bearer "):
             key = auth[7:].strip()
@@ -484,6 +532,9 @@ class ProviderEmulator:
 
     def _handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> _Reply:
         path = urlsplit(target).path.rstrip("/")
+        if self._gemini.owns(path):
+            r = self._gemini.handle(method, target, headers, body)
+            return _Reply(r.status, r.body, r.content_type, r.headers, r.drop)
         provider: Provider = "anthropic" if path.startswith("/v1/messages") else "openai"
         if not self._authorized(provider, headers):
             msg = (
@@ -592,6 +643,8 @@ class ProviderEmulator:
         cache_key = req.get("prompt_cache_key") or req.get("user")
         cache_key = str(cache_key) if cache_key is not None else None
 
+        if not batch:
+            self._admit("openai", model, len(tokens) + (max_tokens or 0))
         fault = self.faults.pick("openai", text)
         if batch and fault is not None and fault.kind not in ("empty", "rate_limit"):
             fault = Fault.server_error(500)
@@ -907,6 +960,8 @@ class ProviderEmulator:
         fmt = req.get("output_format")
         schema = fmt.get("schema") if isinstance(fmt, Mapping) else None
 
+        if not batch:
+            self._admit("anthropic", model, sum(len(b.tokens) for b in blocks) + max_tokens)
         fault = self.faults.pick("anthropic", text)
         if batch and fault is not None and fault.kind not in ("empty", "rate_limit"):
             fault = Fault.server_error(500)
