@@ -787,6 +787,14 @@ def openai_cost(
     return OpenAICost(model, price, concurrency, problem=problem)
 
 
+def _cache_ttl(ttl: str) -> Literal["5m", "1h"]:
+    """The ``cache_ttl`` setting, checked: ``"5m"`` or ``"1h"``."""
+    if ttl in ("5m", "1h"):
+        return "1h" if ttl == "1h" else "5m"
+    msg = f"cache_ttl must be '5m' or '1h', got {ttl!r}."
+    raise ConfigError(msg)
+
+
 def anthropic_cost(
     model: str,
     prices: Mapping[str, Mapping[str, Any]] | None,
@@ -795,16 +803,14 @@ def anthropic_cost(
     ttl: str,
 ) -> AnthropicCost:
     """The cost model of ``model`` on the Anthropic API (prices from the table)."""
-    if ttl not in WRITE_MULTIPLIER:
-        msg = f"cache_ttl must be '5m' or '1h', got {ttl!r}."
-        raise ConfigError(msg)
+    checked = _cache_ttl(ttl)
     price, problem = api_price("anthropic", model, prices)
     return AnthropicCost(
         model,
         price,
         concurrency,
         problem=problem,
-        ttl="1h" if ttl == "1h" else "5m",
+        ttl=checked,
         minimum=min_cacheable_tokens(model, prices),
     )
 
@@ -817,16 +823,14 @@ def gemini_cost(
     ttl: str,
 ) -> GeminiCost:
     """The cost model of ``model`` on the Gemini API (prices from the table)."""
-    if ttl not in TTL_SECONDS:
-        msg = f"cache_ttl must be '5m' or '1h', got {ttl!r}."
-        raise ConfigError(msg)
+    checked = _cache_ttl(ttl)
     price, problem = api_price("gemini", model, prices)
     return GeminiCost(
         model,
         price,
         concurrency,
         problem=problem,
-        ttl="1h" if ttl == "1h" else "5m",
+        ttl=checked,
         minimum=price.min_cacheable_tokens if price is not None else 2048,
     )
 

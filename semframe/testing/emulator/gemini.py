@@ -48,11 +48,11 @@ from semframe.errors import ConfigError
 from semframe.testing.emulator.clock import Clock
 from semframe.testing.emulator.faults import Fault, FaultPlan
 from semframe.testing.emulator.ledger import Ledger, LedgerEntry
+from semframe.testing.emulator.reply import JSON, Reply
 from semframe.testing.emulator.responder import Responder
 
-__all__ = ["GeminiReply", "GeminiService"]
+__all__ = ["GeminiService"]
 
-_JSON = "application/json"
 _STATUS = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -107,17 +107,6 @@ class GeminiHost(Protocol):
     def batch_delay_s(self) -> float: ...
     @property
     def batch_polls(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class GeminiReply:
-    """An HTTP answer (the emulator's ``_Reply`` fields)."""
-
-    status: int
-    body: bytes
-    content_type: str = _JSON
-    headers: tuple[tuple[str, str], ...] = ()
-    drop: bool = False
 
 
 class _Failure(Exception):
@@ -185,7 +174,7 @@ def _schema(gen: Mapping[str, Any]) -> Mapping[str, Any] | None:
     schema = gen.get("responseJsonSchema", gen.get("responseSchema"))
     if schema is None:
         return None
-    if gen.get("responseMimeType") != _JSON:
+    if gen.get("responseMimeType") != JSON:
         raise _Failure(400, "response_schema requires response_mime_type 'application/json'")
     if not isinstance(schema, Mapping):
         raise _Failure(400, "responseJsonSchema: must be a JSON schema object")
@@ -253,7 +242,7 @@ class GeminiService:
             n = next(self._ids)
         return f"{n:012x}"
 
-    def _error(self, failure: _Failure) -> GeminiReply:
+    def _error(self, failure: _Failure) -> Reply:
         error: dict[str, Any] = {
             "code": failure.status,
             "message": failure.message,
@@ -279,10 +268,10 @@ class GeminiService:
             headers.append(("retry-after", f"{failure.retry_after:g}"))
         if details:
             error["details"] = details
-        return GeminiReply(failure.status, _dumps({"error": error}), headers=tuple(headers))
+        return Reply(failure.status, _dumps({"error": error}), headers=tuple(headers))
 
-    def _ok(self, payload: Any) -> GeminiReply:
-        return GeminiReply(200, _dumps(payload))
+    def _ok(self, payload: Any) -> Reply:
+        return Reply(200, _dumps(payload))
 
     def _price(self, model: str) -> Price:
         try:
@@ -336,9 +325,7 @@ class GeminiService:
         if seconds > 0:
             self._stopping.wait(seconds)
 
-    def handle(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes
-    ) -> GeminiReply:
+    def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Reply:
         """Answer one HTTP request to a Gemini route."""
         path = urlsplit(target).path.rstrip("/")
         try:
@@ -503,16 +490,16 @@ class GeminiService:
         }
         return payload, fault
 
-    def _r_generate(self, body: bytes, model: str) -> GeminiReply:
+    def _r_generate(self, body: bytes, model: str) -> Reply:
         payload, fault = self._generate(model, self._json(body), batch=False)
         reply = self._ok(payload)
         if fault is not None and fault.kind == "malformed":
-            return GeminiReply(200, reply.body[: max(1, len(reply.body) // 3)])
+            return Reply(200, reply.body[: max(1, len(reply.body) // 3)])
         if fault is not None and fault.kind == "drop":
-            return GeminiReply(200, reply.body, drop=True)
+            return Reply(200, reply.body, drop=True)
         return reply
 
-    def _r_count(self, body: bytes, model: str) -> GeminiReply:
+    def _r_count(self, body: bytes, model: str) -> Reply:
         req = self._json(body)
         inner = req.get("generateContentRequest")
         inner = inner if isinstance(inner, Mapping) else req
@@ -544,7 +531,7 @@ class GeminiService:
             "usageMetadata": {"totalTokenCount": len(cache.tokens)},
         }
 
-    def _r_cache_create(self, body: bytes) -> GeminiReply:
+    def _r_cache_create(self, body: bytes) -> Reply:
         req = self._json(body)
         model = _model_name(req.get("model"))
         price = self._price(model)
@@ -594,16 +581,16 @@ class GeminiService:
         )  # fmt: skip
         return self._ok(self._cache_object(cache))
 
-    def _r_cache_get(self, body: bytes, id: str) -> GeminiReply:
+    def _r_cache_get(self, body: bytes, id: str) -> Reply:
         return self._ok(self._cache_object(self._live_cache(f"cachedContents/{id}")))
 
-    def _r_cache_list(self, body: bytes) -> GeminiReply:
+    def _r_cache_list(self, body: bytes) -> Reply:
         now = self.host.clock.now()
         with self._lock:
             live = [c for c in self._caches.values() if now < c.expires]
         return self._ok({"cachedContents": [self._cache_object(c) for c in live]})
 
-    def _r_cache_delete(self, body: bytes, id: str) -> GeminiReply:
+    def _r_cache_delete(self, body: bytes, id: str) -> Reply:
         cache = self._live_cache(f"cachedContents/{id}")
         with self._lock:
             self._caches.pop(cache.name, None)
@@ -611,7 +598,7 @@ class GeminiService:
 
     # ------------------------------------------------------------ batches
 
-    def _r_batch_create(self, body: bytes, model: str) -> GeminiReply:
+    def _r_batch_create(self, body: bytes, model: str) -> Reply:
         self._price(model)
         batch = self._json(body).get("batch")
         if not isinstance(batch, Mapping):
@@ -687,7 +674,7 @@ class GeminiService:
             job.responses = responses
             job.state, job.ended_at = "BATCH_STATE_SUCCEEDED", time.time()
 
-    def _r_batch_get(self, body: bytes, id: str) -> GeminiReply:
+    def _r_batch_get(self, body: bytes, id: str) -> Reply:
         job = self._job(id)
         with self._lock:
             job.polls += 1
@@ -704,7 +691,7 @@ class GeminiService:
             self._run(job)
         return self._ok(self._operation(job))
 
-    def _r_batch_cancel(self, body: bytes, id: str) -> GeminiReply:
+    def _r_batch_cancel(self, body: bytes, id: str) -> Reply:
         job = self._job(id)
         with self._lock:
             if job.state not in ("BATCH_STATE_PENDING", "BATCH_STATE_RUNNING"):

@@ -46,13 +46,13 @@ from semframe.testing.emulator.faults import Fault, FaultPlan
 from semframe.testing.emulator.gemini import GeminiService
 from semframe.testing.emulator.ledger import Ledger, LedgerEntry
 from semframe.testing.emulator.limits import AccountLimits, LimitState
+from semframe.testing.emulator.reply import Reply
 from semframe.testing.emulator.responder import Responder, default_responder
 
 __all__ = ["Latency", "ProviderEmulator"]
 
 Provider = Literal["openai", "anthropic"]
 
-_JSON = "application/json"
 _ANTHROPIC_ERRORS = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -92,15 +92,6 @@ class Latency:
     def of(self, output_tokens: int) -> float:
         """Seconds for an answer of ``output_tokens`` tokens."""
         return self.fixed_s + self.per_output_token_s * output_tokens
-
-
-@dataclass(frozen=True)
-class _Reply:
-    status: int
-    body: bytes
-    content_type: str = _JSON
-    headers: tuple[tuple[str, str], ...] = ()
-    drop: bool = False
 
 
 class _Failure(Exception):
@@ -208,7 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             self.close_connection = True
 
-    def _send(self, reply: _Reply) -> None:
+    def _send(self, reply: Reply) -> None:
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
@@ -467,7 +458,7 @@ class ProviderEmulator:
             sim = self._anthropic_sims[price.model] = AnthropicCacheSim(rules)
         return sim
 
-    def _error(self, provider: Provider, failure: _Failure) -> _Reply:
+    def _error(self, provider: Provider, failure: _Failure) -> Reply:
         request_id = self._new_id("req_")
         headers: list[tuple[str, str]] = []
         if failure.retry_after is not None:
@@ -491,14 +482,14 @@ class ProviderEmulator:
             headers.append(("request-id", request_id))
         if self.limits is not None:
             headers += self.limits.headers(provider)
-        return _Reply(failure.status, _dumps(payload), headers=tuple(headers))
+        return Reply(failure.status, _dumps(payload), headers=tuple(headers))
 
-    def _ok(self, provider: Provider, payload: Any) -> _Reply:
+    def _ok(self, provider: Provider, payload: Any) -> Reply:
         name = "x-request-id" if provider == "openai" else "request-id"
         headers = [(name, self._new_id("req_"))]
         if self.limits is not None:
             headers += self.limits.headers(provider)
-        return _Reply(200, _dumps(payload), headers=tuple(headers))
+        return Reply(200, _dumps(payload), headers=tuple(headers))
 
     def _admit(self, provider: Provider, model: str, tokens: int) -> None:
         """Take a live request from the account's rate limits; a 429 when they are short."""
@@ -530,11 +521,10 @@ class ProviderEmulator:
             return False
         return self.api_keys is None or key in self.api_keys
 
-    def _handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> _Reply:
+    def _handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Reply:
         path = urlsplit(target).path.rstrip("/")
         if self._gemini.owns(path):
-            r = self._gemini.handle(method, target, headers, body)
-            return _Reply(r.status, r.body, r.content_type, r.headers, r.drop)
+            return self._gemini.handle(method, target, headers, body)
         provider: Provider = "anthropic" if path.startswith("/v1/messages") else "openai"
         if not self._authorized(provider, headers):
             msg = (
@@ -717,19 +707,19 @@ class ProviderEmulator:
         }
         return payload, fault
 
-    def _live(self, provider: Provider, payload: dict[str, Any], fault: Fault | None) -> _Reply:
+    def _live(self, provider: Provider, payload: dict[str, Any], fault: Fault | None) -> Reply:
         reply = self._ok(provider, payload)
         if fault is not None and fault.kind == "malformed":
-            return _Reply(200, reply.body[: max(1, len(reply.body) // 3)], headers=reply.headers)
+            return Reply(200, reply.body[: max(1, len(reply.body) // 3)], headers=reply.headers)
         if fault is not None and fault.kind == "drop":
-            return _Reply(200, reply.body, headers=reply.headers, drop=True)
+            return Reply(200, reply.body, headers=reply.headers, drop=True)
         return reply
 
-    def _r_chat(self, body: bytes, headers: Mapping[str, str]) -> _Reply:
+    def _r_chat(self, body: bytes, headers: Mapping[str, str]) -> Reply:
         payload, fault = self._chat(self._json(body), batch=False)
         return self._live("openai", payload, fault)
 
-    def _r_file_upload(self, body: bytes, headers: Mapping[str, str]) -> _Reply:
+    def _r_file_upload(self, body: bytes, headers: Mapping[str, str]) -> Reply:
         ctype = headers.get("content-type", "")
         if not ctype.startswith("multipart/form-data"):
             raise _Failure(400, "files: expected a multipart/form-data upload")
@@ -762,13 +752,13 @@ class ProviderEmulator:
             raise _Failure(404, f"No such File object: {file_id}")
         return f
 
-    def _r_file_get(self, body: bytes, headers: Mapping[str, str], id: str) -> _Reply:
+    def _r_file_get(self, body: bytes, headers: Mapping[str, str], id: str) -> Reply:
         return self._ok("openai", _file_object(self._file(id)))
 
-    def _r_file_content(self, body: bytes, headers: Mapping[str, str], id: str) -> _Reply:
-        return _Reply(200, self._file(id).data, content_type="application/octet-stream")
+    def _r_file_content(self, body: bytes, headers: Mapping[str, str], id: str) -> Reply:
+        return Reply(200, self._file(id).data, content_type="application/octet-stream")
 
-    def _r_oa_batch_create(self, body: bytes, headers: Mapping[str, str]) -> _Reply:
+    def _r_oa_batch_create(self, body: bytes, headers: Mapping[str, str]) -> Reply:
         req = self._json(body)
         endpoint = req.get("endpoint")
         if endpoint != "/v1/chat/completions":
@@ -921,12 +911,12 @@ class ProviderEmulator:
             "metadata": b.metadata,
         }
 
-    def _r_oa_batch_get(self, body: bytes, headers: Mapping[str, str], id: str) -> _Reply:
+    def _r_oa_batch_get(self, body: bytes, headers: Mapping[str, str], id: str) -> Reply:
         b = self._get_batch(id, "openai")
         self._poll(b)
         return self._ok("openai", self._oa_batch_object(b))
 
-    def _r_oa_batch_cancel(self, body: bytes, headers: Mapping[str, str], id: str) -> _Reply:
+    def _r_oa_batch_cancel(self, body: bytes, headers: Mapping[str, str], id: str) -> Reply:
         b = self._get_batch(id, "openai")
         with self._lock:
             if b.status not in ("validating", "in_progress"):
@@ -1022,11 +1012,11 @@ class ProviderEmulator:
         }
         return payload, fault
 
-    def _r_messages(self, body: bytes, headers: Mapping[str, str]) -> _Reply:
+    def _r_messages(self, body: bytes, headers: Mapping[str, str]) -> Reply:
         payload, fault = self._message(self._json(body), batch=False)
         return self._live("anthropic", payload, fault)
 
-    def _r_count_tokens(self, body: bytes, headers: Mapping[str, str]) -> _Reply:
+    def _r_count_tokens(self, body: bytes, headers: Mapping[str, str]) -> Reply:
         req = self._json(body)
         self._price(req.get("model"), "anthropic")
         messages = req.get("messages")
@@ -1038,7 +1028,7 @@ class ProviderEmulator:
             raise _Failure(400, str(exc)) from None
         return self._ok("anthropic", {"input_tokens": sum(len(b.tokens) for b in blocks)})
 
-    def _r_an_batch_create(self, body: bytes, headers: Mapping[str, str]) -> _Reply:
+    def _r_an_batch_create(self, body: bytes, headers: Mapping[str, str]) -> Reply:
         req = self._json(body)
         requests = req.get("requests")
         if not isinstance(requests, list) or not requests:
@@ -1104,12 +1094,12 @@ class ProviderEmulator:
             "results_url": f"{self.base_url}/v1/messages/batches/{b.id}/results" if ended else None,
         }
 
-    def _r_an_batch_get(self, body: bytes, headers: Mapping[str, str], id: str) -> _Reply:
+    def _r_an_batch_get(self, body: bytes, headers: Mapping[str, str], id: str) -> Reply:
         b = self._get_batch(id, "anthropic")
         self._poll(b)
         return self._ok("anthropic", self._an_batch_object(b))
 
-    def _r_an_batch_results(self, body: bytes, headers: Mapping[str, str], id: str) -> _Reply:
+    def _r_an_batch_results(self, body: bytes, headers: Mapping[str, str], id: str) -> Reply:
         b = self._get_batch(id, "anthropic")
         with self._lock:
             if b.status != "ended":
@@ -1119,9 +1109,9 @@ class ProviderEmulator:
             else:
                 lines = list(b.results)
         data = b"".join(_dumps(line) + b"\n" for line in lines)
-        return _Reply(200, data, content_type="application/binary")
+        return Reply(200, data, content_type="application/binary")
 
-    def _r_an_batch_cancel(self, body: bytes, headers: Mapping[str, str], id: str) -> _Reply:
+    def _r_an_batch_cancel(self, body: bytes, headers: Mapping[str, str], id: str) -> Reply:
         b = self._get_batch(id, "anthropic")
         with self._lock:
             if b.status != "in_progress":
