@@ -52,6 +52,17 @@ def _choice(*valid: str) -> Callable[[object], str]:
 
 
 def _opt_str(value: object) -> str | None:
+def _choice_or_none(*valid: str) -> Callable[[object], str | None]:
+    choose = _choice(*valid)
+
+    def parse(value: object) -> str | None:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+            return None
+        return choose(value)
+
+    return parse
+
+
     if value is None:
         return None
     text = str(value).strip()
@@ -283,6 +294,22 @@ SETTINGS: dict[str, Setting] = {
             "Gemini: the TTL of the explicit caches semframe creates.",
         ),
         Setting(
+        Setting(
+            "cache_directives",
+            _bool,
+            True,
+            "Send the providers' cache directives: OpenAI prompt_cache_key (and explicit "
+            "breakpoints from GPT-5.6), Anthropic cache_control breakpoints, Gemini explicit "
+            "caches. False: none, as a client unaware of caching sends (to compare bills, or "
+            "for a gateway that rejects them).",
+        ),
+        Setting(
+            "cache_retention",
+            _choice_or_none("in_memory", "24h"),
+            None,
+            "OpenAI prompt_cache_retention to send: 'in_memory' or '24h' (GPT-5.5 takes only "
+            "'24h'; GPT-5.6 and later cache by breakpoints and take none). None: not sent.",
+        ),
             "batch",
             _bool,
             False,

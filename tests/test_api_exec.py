@@ -213,11 +213,11 @@ def test_async_run_honours_rpm() -> None:
 # -- breakpoints -----------------------------------------------------------------
 
 
-def test_min_sharers_repay_the_write_premium() -> None:
-    for ttl, write in (("5m", 1.25), ("1h", 2.0)):
-        n = min_sharers(ttl)
-        assert write + 0.1 * (n - 1) < n
-        assert not write + 0.1 * (n - 2) < n - 1
+@given(st.floats(1.0, 4.0), st.floats(0.0, 0.9))
+def test_min_sharers_repay_the_write_premium(write: float, read: float) -> None:
+    n = min_sharers(write, read)
+    assert write + read * (n - 1) < n  # n sharers: one write, n - 1 reads, cheaper than n sends
+    assert n == 1 or not write + read * (n - 2) < n - 1  # and n - 1 would not be
 
 
 @given(
@@ -226,23 +226,24 @@ def test_min_sharers_repay_the_write_premium() -> None:
         min_size=1,
         max_size=8,
     ),
-    st.sampled_from(["5m", "1h"]),
+    st.sampled_from([1.25, 2.0]),
 )
 @settings(max_examples=200, deadline=None)
 def test_breakpoints_at_most_four_and_only_where_they_pay(
-    raw: list[tuple[int, int, int]], ttl: str
+    raw: list[tuple[int, int, int]], write: float
 ) -> None:
     levels = sorted({(end, shared) for end, shared, _ in raw})
     tokens = sorted(t for _, _, t in raw)[: len(levels)]
     while len(tokens) < len(levels):
         tokens.append(tokens[-1])
-    cuts = choose_breakpoints(levels, tokens, minimum=1024, ttl=ttl)
+    need = min_sharers(write)
+    cuts = choose_breakpoints(levels, tokens, minimum=1024, sharers=need)
     assert len(cuts) <= 4
     assert cuts == sorted(cuts)
     by_end = {end: (shared, count) for (end, shared), count in zip(levels, tokens, strict=True)}
     for cut in cuts:
         shared, count = by_end[cut]
-        assert count >= 1024 and shared >= min_sharers(ttl)
+        assert count >= 1024 and shared >= need
 
 
 def test_plan_prefix_levels_are_shared_by_exactly_that_run() -> None:

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semframe.cost.cachesim import (
-    AnthropicCacheSim,
-    AnthropicRules,
+    BreakpointCacheSim,
+    BreakpointRules,
     Block,
     CacheRuleError,
     OpenAICacheSim,
@@ -96,7 +96,7 @@ def _blocks(*sizes: int, bp: dict[int, str] | None = None, offset: int = 0) -> l
 
 
 def test_anthropic_write_read_and_min_length() -> None:
-    sim = AnthropicCacheSim(AnthropicRules(min_tokens=2048))
+    sim = BreakpointCacheSim(BreakpointRules(min_tokens=2048))
     small = _blocks(1500, 10, bp={0: "5m"})
     assert sim.request(small, arrival=0).cache_creation_input_tokens == 0
     assert sim.request(small, arrival=1).cache_read_input_tokens == 0
@@ -108,7 +108,7 @@ def test_anthropic_write_read_and_min_length() -> None:
 
 
 def test_anthropic_breakpoint_below_minimum_is_ignored_but_later_one_writes() -> None:
-    sim = AnthropicCacheSim(AnthropicRules(min_tokens=1024))
+    sim = BreakpointCacheSim(BreakpointRules(min_tokens=1024))
     blocks = _blocks(500, 700, 5, bp={0: "1h", 1: "5m"})
     r = sim.request(blocks, arrival=0)
     # The first breakpoint (500 tokens) is too short on its own; the second covers both.
@@ -118,7 +118,7 @@ def test_anthropic_breakpoint_below_minimum_is_ignored_but_later_one_writes() ->
 
 
 def test_anthropic_ttl_split_and_expiry() -> None:
-    sim = AnthropicCacheSim(AnthropicRules(min_tokens=1024))
+    sim = BreakpointCacheSim(BreakpointRules(min_tokens=1024))
     blocks = _blocks(1100, 300, 5, bp={0: "1h", 1: "5m"})
     r = sim.request(blocks, arrival=0)
     assert (r.ephemeral_1h_input_tokens, r.ephemeral_5m_input_tokens) == (1100, 300)
@@ -129,12 +129,12 @@ def test_anthropic_ttl_split_and_expiry() -> None:
 
 
 def test_anthropic_lookback_window() -> None:
-    rules = AnthropicRules(min_tokens=1024, lookback_blocks=20)
-    sim = AnthropicCacheSim(rules)
+    rules = BreakpointRules(min_tokens=1024, lookback_blocks=20)
+    sim = BreakpointCacheSim(rules)
     sim.request(_blocks(1100, bp={0: "5m"}), arrival=0)
     near = _blocks(1100, *([1] * 18), 1, bp={19: "5m"})
     assert sim.request(near, arrival=1).cache_read_input_tokens == 1100
-    sim2 = AnthropicCacheSim(rules)
+    sim2 = BreakpointCacheSim(rules)
     sim2.request(_blocks(1100, bp={0: "5m"}), arrival=0)
     far = _blocks(1100, *([1] * 19), 1, bp={20: "5m"})
     r = sim2.request(far, arrival=1)
@@ -143,7 +143,7 @@ def test_anthropic_lookback_window() -> None:
 
 
 def test_anthropic_concurrent_first_requests_miss() -> None:
-    sim = AnthropicCacheSim()
+    sim = BreakpointCacheSim()
     blocks = _blocks(2000, 3, bp={0: "5m"})
     tickets = [sim.begin(blocks, arrival=0.0) for _ in range(3)]
     assert all(t.result.cache_creation_input_tokens == 2000 for t in tickets)
@@ -153,7 +153,7 @@ def test_anthropic_concurrent_first_requests_miss() -> None:
 
 
 def test_anthropic_breakpoint_rules() -> None:
-    sim = AnthropicCacheSim()
+    sim = BreakpointCacheSim()
     with pytest.raises(CacheRuleError, match="A maximum of 4"):
         sim.begin(_blocks(1, 1, 1, 1, 1, bp=dict.fromkeys(range(5), "5m")), arrival=0)
     with pytest.raises(CacheRuleError, match="1h"):
@@ -171,7 +171,7 @@ def test_anthropic_usage_adds_up(sizes: list[int], marks: list[str | None], repe
     ttls = [bp[i] for i in sorted(bp)]
     if len(ttls) > 4 or ("5m" in ttls and "1h" in ttls[ttls.index("5m") :]):
         return
-    sim = AnthropicCacheSim()
+    sim = BreakpointCacheSim()
     blocks = _blocks(*sizes, bp=bp)
     r = sim.request(blocks, arrival=0)
     if repeat:

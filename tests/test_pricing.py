@@ -21,9 +21,15 @@ def test_every_entry_is_dated_and_sourced() -> None:
         assert p.output >= p.input > p.cache_read >= 0
         assert p.batch_discount == 0.5
         assert p.batch_stacks_cache is (p.provider != "gemini")
-        if p.provider == "openai":
+        if p.provider == "openai" and p.caching == "breakpoints":
+            # GPT-5.6 on: breakpoints matched exactly, writes billed at 1.25x input
+            assert (p.min_cacheable_tokens, p.cache_step_tokens) == (1024, 1)
+            assert p.cache_write_5m == p.cache_write_1h == pytest.approx(1.25 * p.input)
+            assert p.retention == ()
+        elif p.provider == "openai":
             assert (p.min_cacheable_tokens, p.cache_step_tokens) == (1024, 128)
             assert p.cache_write_5m == p.input  # writes are free: billed as input
+            assert p.retention in (("in_memory", "24h"), ("24h",))
         elif p.provider == "gemini":
             # cached tokens 10% of input; a write is creation (input) + storage for the TTL
             assert p.cache_read == pytest.approx(0.1 * p.input)
@@ -191,3 +197,32 @@ def test_cache_never_costs_more_than_uncached(u: int, r: int, o: int, model: str
     assert cost(p, uncached_input_tokens=u, batch=True).total == pytest.approx(
         0.5 * cost(p, uncached_input_tokens=u).total
     )
+
+
+def test_a_model_the_table_lacks_is_priced_from_genai_prices_with_our_rules() -> None:
+    pytest.importorskip("genai_prices")
+    p = price_for("o3-mini")  # not in the shipped table
+    assert p.source.startswith("genai-prices")
+    assert (p.provider, p.min_cacheable_tokens, p.cache_step_tokens) == ("openai", 1024, 128)
+    assert p.caching == "automatic" and p.cache_write_5m == p.input  # writes free before 5.6
+    cyber = price_for("gpt-5.6-cyber")  # a GPT-5.6 model: writes billed, breakpoints
+    assert cyber.caching == "breakpoints"
+    assert cyber.cache_write_5m == pytest.approx(1.25 * cyber.input)
+    # the shipped table and a user's own entry still win
+    assert price_for("gpt-4o-mini").source == "https://platform.openai.com/docs/pricing"
+    mine = {"o3-mini": {"provider": "openai", "input": 9.0, "output": 9.0}}
+    assert price_for("o3-mini", mine).input == 9.0
+
+
+def test_without_genai_prices_an_unknown_model_names_the_install_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "genai_prices", None)
+    import semframe.cost.seeded as seeded
+
+    seeded._lookup.cache_clear()
+    with pytest.raises(ConfigError, match=r"semframe\[prices\]"):
+        price_for("o3-mini")
+    seeded._lookup.cache_clear()

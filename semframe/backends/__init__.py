@@ -85,19 +85,19 @@ BACKENDS: dict[str, BackendSpec] = {
     ),
     "openai": BackendSpec(
         "semframe.backends.openai:create",
-        settings=(*_API, "context_window"),
+        settings=(*_API, "context_window", "cache_directives", "cache_retention"),
         secrets=("OPENAI_API_KEY",),
         cost="semframe.backends.openai:cost_model",
     ),
     "anthropic": BackendSpec(
         "semframe.backends.anthropic:create",
-        settings=(*_API, "cache_ttl"),
+        settings=(*_API, "cache_ttl", "cache_directives"),
         secrets=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
         cost="semframe.backends.anthropic:cost_model",
     ),
     "gemini": BackendSpec(
         "semframe.backends.gemini:create",
-        settings=(*_API, "cache_ttl"),
+        settings=(*_API, "cache_ttl", "cache_directives"),
         secrets=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         cost="semframe.backends.gemini:cost_model",
     ),

@@ -94,9 +94,12 @@ class AnthropicBackend(ApiBackend):
         cache_ttl: str = "5m",
         prices: Mapping[str, Mapping[str, Any]] | None = None,
         connect_timeout: float = 10.0,
+        directives: bool = True,
     ) -> None:
         anthropic = _require()
-        self.cost = anthropic_cost(model, prices, concurrency=max_concurrency, ttl=cache_ttl)
+        self.cost = anthropic_cost(
+            model, prices, concurrency=max_concurrency, ttl=cache_ttl, directives=directives
+        )
         self.model = model
         if client is None:
             if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
@@ -260,6 +263,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
         cache_ttl=settings["cache_ttl"],
         prices=settings["prices"],
         connect_timeout=settings["connect_timeout"],
+        directives=settings["cache_directives"],
     )
 
 
@@ -270,4 +274,5 @@ def cost_model(model: str | None, settings: Mapping[str, Any]) -> AnthropicCost:
         settings["prices"],
         concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
         ttl=settings["cache_ttl"],
+        directives=settings["cache_directives"],
     )

@@ -271,10 +271,13 @@ class GeminiBackend(ApiBackend):
         cache_ttl: str = "5m",
         prices: Mapping[str, Mapping[str, Any]] | None = None,
         connect_timeout: float = 10.0,
+        directives: bool = True,
     ) -> None:
         genai, types, httpx = _require()
         self._types = types
-        self.cost = gemini_cost(model, prices, concurrency=max_concurrency, ttl=cache_ttl)
+        self.cost = gemini_cost(
+            model, prices, concurrency=max_concurrency, ttl=cache_ttl, directives=directives
+        )
         self.model = model
         self._timeout = timeout
         if client is None:
@@ -624,6 +627,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> GeminiBackend:
         cache_ttl=settings["cache_ttl"],
         prices=settings["prices"],
         connect_timeout=settings["connect_timeout"],
+        directives=settings["cache_directives"],
     )
 
 
@@ -634,4 +638,5 @@ def cost_model(model: str | None, settings: Mapping[str, Any]) -> GeminiCost:
         settings["prices"],
         concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
         ttl=settings["cache_ttl"],
+        directives=settings["cache_directives"],
     )

@@ -10,6 +10,16 @@ land on the same cache, and different groups spread over different machines
 instead of overflowing one. The shared instructions are byte-identical across
 a relQuery's requests by construction (the planner renders them once).
 
+From GPT-5.6 (``caching = "breakpoints"`` in the price table) OpenAI caches
+only at breakpoints and bills cache writes at 1.25x input. By default it puts
+one implicit breakpoint at the end of every prompt, so each row would write its
+whole prompt and no other row could read it. semframe sends
+``prompt_cache_options = {"mode": "explicit"}`` and marks
+``prompt_cache_breakpoint`` on the prompt's parts only at the shared prefixes
+whose write is repaid by later reads (the cost model decides, so the estimate
+prices exactly what is sent). ``cache_retention`` sends
+``prompt_cache_retention`` to the models that take it (before GPT-5.6).
+
 Keys come from ``OPENAI_API_KEY`` (or a client you pass); they never appear in
 reprs, errors or logs.
 """
@@ -131,6 +141,13 @@ class OpenAIBackend(ApiBackend):
         ``context_window`` setting); otherwise an OpenAI-compatible server is
         asked (``/v1/models``), and a model nobody describes is bounded by the
         largest known window.
+    directives : bool
+        Send cache directives (the ``cache_directives`` setting):
+        ``prompt_cache_key``, and on breakpoint models explicit breakpoints.
+        False sends none, as a client unaware of caching would.
+    retention : {"in_memory", "24h"}, optional
+        ``prompt_cache_retention`` to send (the ``cache_retention`` setting);
+        only for the models the price table lists it for.
     """
 
     name = "openai"
@@ -147,9 +164,14 @@ class OpenAIBackend(ApiBackend):
         prices: Mapping[str, Mapping[str, Any]] | None = None,
         connect_timeout: float = 10.0,
         window: int | None = None,
+        directives: bool = True,
+        retention: str | None = None,
     ) -> None:
         openai = _require()
         self.model = model
+        self.cost = openai_cost(
+            model, prices, concurrency=max_concurrency, directives=directives, retention=retention
+        )
         self._compatible = base_url is not None or bool(os.environ.get("OPENAI_BASE_URL"))
         if client is None:
             key = os.environ.get("OPENAI_API_KEY")
@@ -200,7 +222,6 @@ class OpenAIBackend(ApiBackend):
             batch_api=True,
             batch_limit=BATCH_LIMIT,
         )
-        self.cost = openai_cost(model, prices, concurrency=max_concurrency)
 
     def __repr__(self) -> str:
         return f"OpenAIBackend(model={self.model!r}, base_url={self.endpoint!r})"
@@ -241,12 +262,20 @@ class OpenAIBackend(ApiBackend):
 
     def body(self, request: Request) -> dict[str, Any]:
         """The Chat Completions request body for ``request`` (no secrets)."""
+        messages: list[dict[str, Any]] = list(request.messages())
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": request.messages(),
+            "messages": messages,
             "temperature": request.temperature,
-            "prompt_cache_key": self.routing_key(request),
         }
+        cost = self.cost
+        if cost.directives:
+            body["prompt_cache_key"] = self.routing_key(request)
+            if cost.by_breakpoints:
+                body["prompt_cache_options"] = {"mode": "explicit"}
+                messages[-1] = {"role": "user", "content": _parts(request, cost)}
+        if cost.retention is not None:
+            body["prompt_cache_retention"] = cost.retention
         # Compatible servers (llama.cpp, vLLM) know max_tokens; OpenAI prefers the new name.
         body[self._limit_field] = request.max_tokens
         if request.logprobs:
@@ -268,8 +297,13 @@ class OpenAIBackend(ApiBackend):
 
     async def acomplete(self, request: Request) -> Completion:
         """Send one request; raise semframe's error types on failure."""
+        body = self.body(request)
+        # Newer parameters travel as extra_body so that older SDKs send them too.
+        extra = {k: body.pop(k) for k in _EXTRA_BODY if k in body}
         response, limits = await self._call_raw(
-            self._client.chat.completions.with_raw_response.create, **self.body(request)
+            self._client.chat.completions.with_raw_response.create,
+            **body,
+            extra_body=extra or None,
         )
         return _completion(request.id, response)._replace(limits=limits)
 
@@ -360,6 +394,33 @@ _AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.
 """Hosts of Azure OpenAI endpoints (a plain ``openai.OpenAI`` client may point there)."""
 
 
+_EXTRA_BODY = ("prompt_cache_options", "prompt_cache_retention")
+"""Body fields sent as ``extra_body`` (SDK releases before 2026 lack them as arguments)."""
+
+
+def _parts(request: Request, cost: OpenAICost) -> list[dict[str, Any]]:
+    """The prompt as text parts, ``prompt_cache_breakpoint`` where the cost model places one.
+
+    Examples
+    --------
+    >>> from semframe.cost.models import openai_cost
+    >>> r = Request(0, 0, "Instructions. Row 1", prefix=((13, 50),))
+    >>> _parts(r, openai_cost("gpt-4o-mini", None, concurrency=1))
+    [{'type': 'text', 'text': 'Instructions. Row 1'}]
+    """
+    mark = {"mode": "explicit"}
+    parts: list[dict[str, Any]] = []
+    start = 0
+    for end in cost.breakpoints(request):
+        parts.append(
+            {"type": "text", "text": request.prompt[start:end], "prompt_cache_breakpoint": mark}
+        )
+        start = end
+    if start < len(request.prompt) or not parts:
+        parts.append({"type": "text", "text": request.prompt[start:]})
+    return parts
+
+
 def _completion(request_id: int, response: Any) -> Completion:
     if not response.choices:
         msg = "openai: response has no choices"
@@ -377,6 +438,7 @@ def _completion(request_id: int, response: Any) -> Completion:
         Usage(
             prompt_tokens=usage.prompt_tokens if usage else 0,
             cached_tokens=cached,
+            cache_write_tokens=getattr(details, "cache_write_tokens", None) or 0,
             output_tokens=usage.completion_tokens if usage else 0,
         ),
         choice.finish_reason,
@@ -431,6 +493,7 @@ def _completion_from_json(request_id: int, body: Mapping[str, Any]) -> Completio
             cached_tokens=int(
                 details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens") or 0
             ),
+            cache_write_tokens=int(details.get("cache_write_tokens") or 0),
             output_tokens=int(usage.get("completion_tokens") or 0),
         ),
         choices[0].get("finish_reason"),
@@ -449,6 +512,8 @@ def create(model: str | None, settings: Mapping[str, Any]) -> OpenAIBackend:
         prices=settings["prices"],
         connect_timeout=settings["connect_timeout"],
         window=settings["context_window"],
+        directives=settings["cache_directives"],
+        retention=settings["cache_retention"],
     )
 
 
@@ -458,4 +523,6 @@ def cost_model(model: str | None, settings: Mapping[str, Any]) -> OpenAICost:
         model or DEFAULT_MODEL,
         settings["prices"],
         concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
+        directives=settings["cache_directives"],
+        retention=settings["cache_retention"],
     )

@@ -29,15 +29,18 @@ OpenAI (automatic caching)
       values per prefix group spread a job's load over routes.
     * Writes are free.
 
-Anthropic (explicit breakpoints)
+Breakpoints (Anthropic; OpenAI from GPT-5.6)
     * A prompt is a sequence of blocks (system blocks, then message content
-      blocks); a block may carry a breakpoint (``cache_control``) with TTL
-      ``"5m"`` or ``"1h"``. More than ``max_breakpoints`` (4) breakpoints, or a
-      ``1h`` breakpoint after a ``5m`` one, is an error (the real API answers
-      400).
+      blocks); a block may carry a breakpoint (Anthropic ``cache_control``,
+      OpenAI ``prompt_cache_breakpoint``) with a TTL (Anthropic ``"5m"`` or
+      ``"1h"``; OpenAI ``"30m"`` or ``"12h"``). On Anthropic more than
+      ``max_breakpoints`` (4) breakpoints, or a ``1h`` breakpoint after a
+      ``5m`` one, is an error (the real API answers 400); OpenAI has no such
+      limit but writes only the latest ``max_writes`` (4) of them.
     * Lookup: at each breakpoint, the prefixes ending at that block and at the
-      block boundaries before it, ``lookback_blocks`` (20) boundaries in all,
-      are checked; the longest stored one is read (``cache_read``).
+      block boundaries before it, ``lookback_blocks`` boundaries in all
+      (Anthropic 20; OpenAI 1: "matched exactly at a breakpoint"), are
+      checked; the longest stored one is read (``cache_read``).
     * Write: the tokens after the hit up to the last breakpoint whose prefix
       reaches ``min_tokens`` (the model's minimum) are written
       (``cache_creation``), each segment at the TTL of the breakpoint that
@@ -72,6 +75,7 @@ Examples
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -80,11 +84,11 @@ from typing import Literal
 from semframe.errors import InputError
 
 __all__ = [
-    "AnthropicCacheSim",
-    "AnthropicResult",
-    "AnthropicRules",
-    "AnthropicTicket",
     "Block",
+    "BreakpointCacheSim",
+    "BreakpointResult",
+    "BreakpointRules",
+    "BreakpointTicket",
     "CacheRuleError",
     "GeminiCacheSim",
     "GeminiResult",
@@ -98,8 +102,10 @@ __all__ = [
     "openai_cached_grid",
 ]
 
-TTL = Literal["5m", "1h"]
-_TTL_SECONDS: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
+TTL = Literal["5m", "30m", "1h", "12h"]
+_TTL_SECONDS: dict[str, float] = {"5m": 300.0, "30m": 1800.0, "1h": 3600.0, "12h": 43200.0}
+_LONG_TTLS = ("1h", "12h")
+"""TTLs whose writes count as ``ephemeral_1h_input_tokens`` (the others as the 5-minute kind)."""
 _CHUNK = 128
 
 
@@ -330,14 +336,15 @@ class OpenAICacheSim:
 
 @dataclass(frozen=True)
 class Block:
-    """One content block of an Anthropic prompt, as tokens.
+    """One content block of a prompt with cache breakpoints, as tokens.
 
     Attributes
     ----------
     tokens : tuple of int
         The block's tokens (including any per-message framing tokens).
-    cache_ttl : {"5m", "1h"} or None
-        TTL of the block's ``cache_control`` breakpoint; None for no breakpoint.
+    cache_ttl : {"5m", "30m", "1h", "12h"} or None
+        TTL of the block's breakpoint (Anthropic ``cache_control``, OpenAI
+        ``prompt_cache_breakpoint``); None for no breakpoint.
     """
 
     tokens: tuple[int, ...]
@@ -345,31 +352,66 @@ class Block:
 
 
 @dataclass(frozen=True)
-class AnthropicRules:
-    """Parameters of Anthropic's prompt caching for one model.
+class BreakpointRules:
+    """Parameters of breakpoint caching for one model (Anthropic's by default).
 
     Attributes
     ----------
     min_tokens : int
         Model's minimum cacheable prompt length (1,024 for Sonnet/Opus 4.x,
-        2,048 for Haiku 3 and 3.5, 4,096 for Opus 4.5 and Haiku 4.5).
+        2,048 for Haiku 3 and 3.5, 4,096 for Opus 4.5 and Haiku 4.5; 1,024 on
+        OpenAI).
     lookback_blocks : int
         Block boundaries checked per breakpoint, the breakpoint's own included.
-    max_breakpoints : int
-        Breakpoints allowed per request.
+    max_breakpoints : int or None
+        Breakpoints allowed per request (more is an error); None: no limit.
+    max_writes : int or None
+        Only the latest this many eligible breakpoints are written; None: all.
+    ttls : tuple of str
+        The TTLs a breakpoint may carry.
+    longer_first : bool
+        A breakpoint with a longer TTL must not follow one with a shorter TTL
+        (Anthropic's rule).
+
+    Examples
+    --------
+    >>> BreakpointRules.openai().lookback_blocks, BreakpointRules.openai().ttls
+    (1, ('30m', '12h'))
     """
 
     min_tokens: int = 1024
     lookback_blocks: int = 20
-    max_breakpoints: int = 4
+    max_breakpoints: int | None = 4
+    max_writes: int | None = None
+    ttls: tuple[str, ...] = ("5m", "1h")
+    longer_first: bool = True
+
+    @classmethod
+    def openai(cls, min_tokens: int = 1024) -> BreakpointRules:
+        """OpenAI's explicit breakpoints (GPT-5.6 and later).
+
+        Matched exactly at a breakpoint (no fallback to a shorter unmarked
+        prefix), up to four written per request, TTL ``30m`` (the request's
+        default) or ``12h`` per breakpoint (the SDK's ``PromptCacheBreakpoint``).
+        """
+        return cls(
+            min_tokens=min_tokens,
+            lookback_blocks=1,
+            max_breakpoints=None,
+            max_writes=4,
+            ttls=("30m", "12h"),
+            longer_first=False,
+        )
 
 
 @dataclass(frozen=True)
-class AnthropicResult:
-    """Usage of one request as Anthropic reports it.
+class BreakpointResult:
+    """Usage of one request, in Anthropic's terms.
 
     ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``
-    is the whole prompt.
+    is the whole prompt. Writes are split by TTL: ``ephemeral_5m_input_tokens``
+    at the shorter TTLs (5 minutes, OpenAI's 30 minutes),
+    ``ephemeral_1h_input_tokens`` at the longer ones (1 hour, 12 hours).
     """
 
     input_tokens: int
@@ -385,14 +427,14 @@ class AnthropicResult:
 
 
 @dataclass(frozen=True)
-class AnthropicTicket:
+class BreakpointTicket:
     """A request in flight: its usage and the prefixes to store on completion."""
 
-    result: AnthropicResult
+    result: BreakpointResult
     writes: tuple[tuple[int, float], ...] = field(repr=False)  # (prefix key, ttl seconds)
 
 
-def check_breakpoints(blocks: Sequence[Block], max_breakpoints: int = 4) -> None:
+def check_breakpoints(blocks: Sequence[Block], rules: BreakpointRules | None = None) -> None:
     """Raise :class:`CacheRuleError` where the real API would answer 400.
 
     Examples
@@ -401,31 +443,39 @@ def check_breakpoints(blocks: Sequence[Block], max_breakpoints: int = 4) -> None
     Traceback (most recent call last):
     ...
     semframe.cost.cachesim.CacheRuleError: A maximum of 4 blocks with cache_control ... Found 5.
+    >>> check_breakpoints([Block((1,), "30m")] * 5, BreakpointRules.openai())
     """
+    r = rules or BreakpointRules()
     ttls = [b.cache_ttl for b in blocks if b.cache_ttl is not None]
-    if len(ttls) > max_breakpoints:
+    if r.max_breakpoints is not None and len(ttls) > r.max_breakpoints:
         msg = (
-            f"A maximum of {max_breakpoints} blocks with cache_control may be provided. "
+            f"A maximum of {r.max_breakpoints} blocks with cache_control may be provided. "
             f"Found {len(ttls)}."
         )
         raise CacheRuleError(msg)
     for ttl in ttls:
-        if ttl not in _TTL_SECONDS:
-            msg = f"cache_control.ttl must be one of '5m', '1h'; got {ttl!r}"
+        if ttl not in r.ttls:
+            valid = ", ".join(repr(t) for t in r.ttls)
+            msg = f"cache breakpoint ttl must be one of {valid}; got {ttl!r}"
             raise CacheRuleError(msg)
-    if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
-        msg = "a cache_control block with ttl='1h' must not come after one with ttl='5m'"
-        raise CacheRuleError(msg)
+    if r.longer_first:
+        for earlier, later in itertools.pairwise(ttls):
+            if _TTL_SECONDS[later] > _TTL_SECONDS[earlier]:
+                msg = (
+                    f"a cache_control block with ttl={later!r} must not come after one "
+                    f"with ttl={earlier!r}"
+                )
+                raise CacheRuleError(msg)
 
 
-class AnthropicCacheSim:
-    """Anthropic's prompt cache for one model (rules in the module docstring).
+class BreakpointCacheSim:
+    """A breakpoint prompt cache for one model (rules in the module docstring).
 
     Not thread-safe; callers serialise access (the emulator holds a lock).
 
     Examples
     --------
-    >>> sim = AnthropicCacheSim(AnthropicRules(min_tokens=1024))
+    >>> sim = BreakpointCacheSim(BreakpointRules(min_tokens=1024))
     >>> instr = Block(tuple(range(1200)), "5m")
     >>> r1 = sim.request([instr, Block((5, 6, 7))], arrival=0.0)
     >>> r1.cache_creation_input_tokens, r1.input_tokens
@@ -435,12 +485,12 @@ class AnthropicCacheSim:
     (1200, 2)
     """
 
-    def __init__(self, rules: AnthropicRules | None = None) -> None:
-        self.rules = rules or AnthropicRules()
+    def __init__(self, rules: BreakpointRules | None = None) -> None:
+        self.rules = rules or BreakpointRules()
         self._store: dict[int, _Entry] = {}
         self._last_prune = 0.0
 
-    def begin(self, blocks: Sequence[Block], *, arrival: float) -> AnthropicTicket:
+    def begin(self, blocks: Sequence[Block], *, arrival: float) -> BreakpointTicket:
         """Look the prompt up at time ``arrival``; refreshes the entry it reads.
 
         Raises
@@ -449,7 +499,7 @@ class AnthropicCacheSim:
             More than ``max_breakpoints`` breakpoints, or a bad TTL order.
         """
         r = self.rules
-        check_breakpoints(blocks, r.max_breakpoints)
+        check_breakpoints(blocks, r)
         tokens: list[int] = []
         ends: list[int] = []
         for b in blocks:
@@ -458,8 +508,10 @@ class AnthropicCacheSim:
         total = len(tokens)
         bps = [i for i, b in enumerate(blocks) if b.cache_ttl is not None]
         eligible = [i for i in bps if ends[i] >= r.min_tokens]
+        if r.max_writes is not None:
+            eligible = eligible[-r.max_writes :] if r.max_writes else []
         if not eligible:
-            return AnthropicTicket(AnthropicResult(total, 0, 0, 0, 0), ())
+            return BreakpointTicket(BreakpointResult(total, 0, 0, 0, 0), ())
         prefixes = _Prefixes(tokens)
         never = float("inf")
         hit = 0
@@ -480,17 +532,17 @@ class AnthropicCacheSim:
             ttl = blocks[i].cache_ttl or "5m"  # eligible breakpoints carry a TTL
             seg = ends[i] - prev
             if seg > 0:
-                if ttl == "1h":
+                if ttl in _LONG_TTLS:
                     w1 += seg
                 else:
                     w5 += seg
                 prev = ends[i]
             writes.append((prefixes.key(ends[i]), _TTL_SECONDS[ttl]))
         written = w5 + w1
-        result = AnthropicResult(total - hit - written, hit, written, w5, w1)
-        return AnthropicTicket(result, tuple(writes))
+        result = BreakpointResult(total - hit - written, hit, written, w5, w1)
+        return BreakpointTicket(result, tuple(writes))
 
-    def complete(self, ticket: AnthropicTicket, *, at: float) -> None:
+    def complete(self, ticket: BreakpointTicket, *, at: float) -> None:
         """Store the prefixes of a request that finished at time ``at``."""
         never = float("inf")
         if at - self._last_prune > 300.0:
@@ -501,7 +553,7 @@ class AnthropicCacheSim:
 
     def request(
         self, blocks: Sequence[Block], *, arrival: float, completion: float | None = None
-    ) -> AnthropicResult:
+    ) -> BreakpointResult:
         """:meth:`begin` then :meth:`complete` (at ``completion``, default ``arrival``)."""
         ticket = self.begin(blocks, arrival=arrival)
         self.complete(ticket, at=arrival if completion is None else completion)

@@ -17,7 +17,7 @@ request by request, in the order the executor would send it:
    rules on that sequence: OpenAI through
    :class:`~semframe.cost.cachesim.OpenAICacheSim` with the ``prompt_cache_key``
    the backend sends, Anthropic through
-   :class:`~semframe.cost.cachesim.AnthropicCacheSim` with breakpoints exactly
+   :class:`~semframe.cost.cachesim.BreakpointCacheSim` with breakpoints exactly
    where the backend places them, llama.cpp as one KV prefix per slot, vLLM
    in whole cache blocks.
 4. The price table (:mod:`semframe.cost.pricing`, batch prices with ``batch=True``)

@@ -65,6 +65,7 @@ __all__ = [
     "gemini_framing",
     "gemini_prompt_tokens",
     "gemini_text",
+    "openai_blocks",
     "openai_framing",
     "openai_prompt_tokens",
     "prompt_text",
@@ -154,6 +155,55 @@ def openai_prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> list[int]:
         for part in _parts(m["content"], f"messages[{i}]"):
             tokens += encode(part["text"])
     return tokens + _header("assistant")
+
+
+def _openai_breakpoint(part: Mapping[str, Any], where: str, default: TTL) -> TTL | None:
+    bp = part.get("prompt_cache_breakpoint")
+    if bp is None:
+        return None
+    if not isinstance(bp, Mapping) or bp.get("mode") != "explicit":
+        msg = f"{where}.prompt_cache_breakpoint: must be {{'mode': 'explicit'}}, got {bp!r}"
+        raise FramingError(msg)
+    ttl = bp.get("ttl", default)
+    if ttl not in ("30m", "12h"):
+        msg = f"{where}.prompt_cache_breakpoint.ttl: must be '30m' or '12h', got {ttl!r}"
+        raise FramingError(msg)
+    return "12h" if ttl == "12h" else "30m"
+
+
+def openai_blocks(
+    messages: Sequence[Mapping[str, Any]], *, implicit: bool, ttl: TTL = "30m"
+) -> list[Block]:
+    """Cache blocks of an OpenAI chat request with breakpoints (GPT-5.6 and later).
+
+    Each content part is a block; a part with ``prompt_cache_breakpoint``
+    carries a breakpoint (its own ``ttl``, else ``ttl``, the request's). With
+    ``implicit`` (``prompt_cache_options.mode`` "implicit", the default) OpenAI
+    adds its own breakpoint at the end of the newest message. The reply
+    priming is a last block without breakpoint. The tokens are exactly
+    :func:`openai_prompt_tokens`'s.
+
+    Examples
+    --------
+    >>> msgs = [{"role": "user", "content": [
+    ...     {"type": "text", "text": "hello", "prompt_cache_breakpoint": {"mode": "explicit"}},
+    ...     {"type": "text", "text": " world"}]}]
+    >>> [(len(b.tokens), b.cache_ttl) for b in openai_blocks(msgs, implicit=False)]
+    [(5, '30m'), (1, None), (3, None)]
+    >>> [b.cache_ttl for b in openai_blocks(msgs, implicit=True)]
+    ['30m', '30m', None]
+    """
+    blocks: list[Block] = []
+    for i, m in enumerate(_messages(list(messages))):
+        header = _openai_header(str(m["role"]), m.get("name"))
+        for j, part in enumerate(_parts(m["content"], f"messages[{i}]")):
+            toks = (header if j == 0 else []) + encode(part["text"])
+            where = f"messages[{i}].content[{j}]"
+            blocks.append(Block(tuple(toks), _openai_breakpoint(part, where, ttl)))
+    if implicit and blocks[-1].cache_ttl is None:
+        blocks[-1] = Block(blocks[-1].tokens, ttl)
+    blocks.append(Block(tuple(_header("assistant"))))
+    return blocks
 
 
 def openai_framing() -> tuple[list[int], list[int], list[int]]:

@@ -9,7 +9,9 @@ backend builds the model that describes it, with its prices, its cache rules
 and its own callbacks (a local engine's tokenizer, Anthropic's breakpoints).
 
 - :class:`OpenAICost`: automatic prefix caching (:class:`~semframe.cost.cachesim.OpenAICacheSim`),
-  routed by ``prompt_cache_key`` (:func:`routing_key`), priced from the table.
+  routed by ``prompt_cache_key`` (:func:`routing_key`), priced from the table;
+  from GPT-5.6 (``caching = "breakpoints"`` in the table) explicit breakpoints
+  with priced writes, as on Anthropic.
 - :class:`AnthropicCost`: explicit breakpoints (:meth:`AnthropicCost.breakpoints`,
   placed only where the write premium pays) and priced writes and reads.
 - :class:`GeminiCost`: implicit prefix caching in one shared cache
@@ -34,9 +36,10 @@ from typing import Any, Literal, Protocol
 from semframe.core.plan import Plan
 from semframe.core.wire import Request, Usage
 from semframe.cost.cachesim import (
-    AnthropicCacheSim,
-    AnthropicRules,
+    TTL,
     Block,
+    BreakpointCacheSim,
+    BreakpointRules,
     GeminiCacheSim,
     GeminiRules,
     OpenAICacheSim,
@@ -53,7 +56,9 @@ from semframe.serving.vllm.timing import predict
 __all__ = [
     "EXPLICIT_CACHE_MARGIN_S",
     "MAX_BREAKPOINTS",
+    "OPENAI_BREAKPOINT_TTL",
     "READ_MULTIPLIER",
+    "RETENTION_SECONDS",
     "TTL_SECONDS",
     "WRITE_MULTIPLIER",
     "AnthropicCost",
@@ -76,13 +81,18 @@ __all__ = [
 ]
 
 MAX_BREAKPOINTS = 4
-"""Cache breakpoints Anthropic accepts per request."""
+"""Cache breakpoints semframe places per request (Anthropic accepts 4; OpenAI writes 4)."""
 READ_MULTIPLIER = 0.1
-"""Anthropic cache reads, as a multiple of the input price."""
+"""Anthropic cache reads, as a multiple of the input price (for a model without a price)."""
 WRITE_MULTIPLIER = {"5m": 1.25, "1h": 2.0}
-"""Anthropic cache writes, as a multiple of the input price, per TTL."""
+"""Anthropic cache writes, as a multiple of the input price, per TTL (model without a price)."""
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 """Seconds of each cache TTL setting."""
+OPENAI_BREAKPOINT_TTL = "30m"
+"""The TTL of OpenAI's breakpoints (``prompt_cache_options.ttl``: "30m is currently the only
+supported value")."""
+RETENTION_SECONDS = {"in_memory": (300.0, 3600.0), "24h": (86_400.0, 86_400.0)}
+"""OpenAI ``prompt_cache_retention``: (idle TTL, longest life) of an automatic cache entry."""
 EXPLICIT_CACHE_MARGIN_S = 30.0
 """A Gemini explicit cache is replaced by a new one this long before its TTL ends.
 
@@ -302,16 +312,110 @@ class _ApiCost:
     concurrency: int
     latency: LatencyModel
     problem: str | None = None
+    directives: bool = True  # the cache_directives setting
+    _token_cache: dict[str, int] = field(default_factory=dict, repr=False)
 
     def check(self) -> None:
         self._priced()
 
+    def _tokens(self, text: str) -> int:
+        """Approximate (o200k) tokens of ``text``, memoized: pieces repeat across rows."""
+        found = self._token_cache.get(text)
+        if found is None:
+            found = count([text])[0] if text else 0
+            if len(self._token_cache) > 200_000:
+                self._token_cache.clear()
+            self._token_cache[text] = found
+        return found
+
+    def _multipliers(self, ttl: str) -> tuple[float, float]:
+        """(write, read) prices as multiples of input: the table's, else Anthropic's rule."""
+        p = self.price
+        if p is None or p.input <= 0:
+            return WRITE_MULTIPLIER.get(ttl, WRITE_MULTIPLIER["5m"]), READ_MULTIPLIER
+        write = p.cache_write_1h if ttl in ("1h", "12h") else p.cache_write_5m
+        return write / p.input, p.cache_read / p.input
+
+    def _breakpoint_offsets(self, request: Request, *, minimum: int, ttl: str) -> list[int]:
+        """Where ``request``'s cache breakpoints go (offsets into its prompt).
+
+        At the prefixes that reach ``minimum`` tokens and are shared by enough
+        requests to repay the write premium (:func:`choose_breakpoints`); none
+        without the ``cache_directives`` setting.
+        """
+        if not self.directives or not request.prefix:
+            return []
+        # Approximate (o200k) counts, added up piece by piece: the pieces (system,
+        # instructions, labeled fields) repeat across rows, so each is counted once.
+        total = self._tokens(request.system or "")
+        counts: list[int] = []
+        start = 0
+        for end, _ in request.prefix:
+            total += self._tokens(request.prompt[start:end])
+            counts.append(total)
+            start = end
+        write, read = self._multipliers(ttl)
+        need = min_sharers(write, read)
+        return choose_breakpoints(request.prefix, counts, minimum=minimum, sharers=need)
+
+    def breakpoints(self, request: Request) -> list[int]:
+        """Where ``request``'s cache breakpoints go; none where the model caches automatically."""
+        return []
+
+    def _breakpoint_figures(
+        self,
+        plan: Plan,
+        pieces: Pieces,
+        shape: RunShape,
+        *,
+        rules: BreakpointRules,
+        ttl: TTL,
+        implicit: bool = False,
+    ) -> CacheFigures:
+        """Replay ``plan`` through a breakpoint cache, breakpoints where :meth:`breakpoints` says.
+
+        ``implicit``: the provider adds its own breakpoint at the end of the
+        prompt (OpenAI's implicit mode, what a request without directives gets).
+        """
+        sim = BreakpointCacheSim(rules)
+        sys_h, user_h, reply = self._chat_framing()
+        system = plan.relquery.system
+        sys_block = [Block(tuple(sys_h + pieces.tokens(system)))] if system else []
+        tickets: dict[int, Any] = {}
+        totals = [0, 0, 0, 0]
+
+        def arrive(i: int, t: float) -> None:
+            req = plan.requests[i]
+            blocks = list(sys_block)
+            start = 0
+            first = True
+            for end in self.breakpoints(req):
+                toks = (user_h if first else []) + pieces.span(i, start, end)
+                blocks.append(Block(tuple(toks), ttl))
+                start, first = end, False
+            if start < len(req.prompt):
+                toks = (user_h if first else []) + pieces.span(i, start, len(req.prompt))
+                blocks.append(Block(tuple(toks)))
+            if implicit and blocks and blocks[-1].cache_ttl is None:
+                blocks[-1] = Block(blocks[-1].tokens, ttl)
+            blocks.append(Block(tuple(reply)))
+            ticket = sim.begin(blocks, arrival=t)
+            tickets[i] = ticket
+            r = ticket.result
+            totals[0] += r.prompt_tokens
+            totals[1] += r.cache_read_input_tokens
+            totals[2] += r.ephemeral_5m_input_tokens
+            totals[3] += r.ephemeral_1h_input_tokens
+
+        def complete(i: int, t: float) -> None:
+            sim.complete(tickets.pop(i), at=t)
+
+        wall = self._replay(plan, shape, arrive, complete)
+        return CacheFigures(totals[0], totals[1], totals[2], totals[3], wall)
+
     @property
     def warm_start(self) -> bool:
-        # OpenAI: measured both ways (the first request's cache machine is warmed,
-        # the others are not): 1.5x cheaper on a 20-row run, 1.5x dearer on a
-        # 300-row one (benchmarks/warm_prefix.py, benchmarks/estimator.py).
-        return False
+        return False  # each provider's model says (OpenAI, Anthropic, Gemini)
 
     def _chat_framing(self) -> tuple[list[int], list[int], list[int]]:
         """(system header, user header, reply priming) tokens of this provider's requests."""
@@ -443,19 +547,75 @@ class _FastOpenAICacheSim(OpenAICacheSim):
 
 @dataclass(eq=False)
 class OpenAICost(_ApiCost):
-    """OpenAI: automatic prefix caching, routed by ``prompt_cache_key`` (:func:`routing_key`).
+    """OpenAI: automatic prefix caching routed by ``prompt_cache_key``, or breakpoints (GPT-5.6+).
 
-    Prompts of at least the model's minimum are served from cache in steps
+    Automatic (``caching = "automatic"`` in the table, models before GPT-5.6):
+    prompts of at least the model's minimum are served from cache in steps
     (1,024 and 128 tokens) when a request with the same start and routing key
-    completed before; cached tokens are part of ``prompt_tokens``.
+    (:func:`routing_key`) completed before; writes are free, cached tokens are
+    part of ``prompt_tokens``. Entries live as ``retention`` says
+    (:data:`RETENTION_SECONDS`; the model's first listed value when unset).
+
+    Breakpoints (``caching = "breakpoints"``, GPT-5.6 and later): a prefix is
+    cached only at a breakpoint and read back only at one; writes cost 1.25x
+    input and are reported as ``cache_write_tokens``. Without directives
+    OpenAI puts one implicit breakpoint at the end of every prompt, so each
+    row writes its whole prompt and no other row reads it; semframe sends
+    ``prompt_cache_options.mode = "explicit"`` with breakpoints only where
+    :meth:`breakpoints` finds the write repaid, as on Anthropic.
     """
 
     latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.6, 0.01, 0.0, 0.007))
+    retention: str | None = None  # prompt_cache_retention sent; None: none sent
+
+    @property
+    def by_breakpoints(self) -> bool:
+        """Whether the model caches at breakpoints (the table's ``caching``), not automatically."""
+        return self.price is not None and self.price.caching == "breakpoints"
+
+    @property
+    def warm_start(self) -> bool:
+        # Breakpoints: a first wave would write the head once per request at 1.25x.
+        # Automatic: measured both ways (the first request's cache machine is warmed,
+        # the others are not): 1.5x cheaper on a 20-row run, 1.5x dearer on a
+        # 300-row one (benchmarks/warm_prefix.py, benchmarks/estimator.py).
+        return self.by_breakpoints and self.directives
+
+    def _written(self, usage: Usage) -> int:
+        return usage.cache_write_tokens
+
+    def breakpoints(self, request: Request) -> list[int]:
+        if not self.by_breakpoints:
+            return []
+        minimum = self.price.min_cacheable_tokens if self.price else 1024
+        return self._breakpoint_offsets(request, minimum=minimum, ttl=OPENAI_BREAKPOINT_TTL)
+
+    def effective_retention(self) -> str:
+        """The retention the cache is modelled with: the setting, else the model's first."""
+        if self.retention is not None:
+            return self.retention
+        listed = self.price.retention if self.price is not None else ()
+        return listed[0] if listed else "in_memory"
 
     def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
         price = self._priced()
-        rules = OpenAIRules(min_tokens=price.min_cacheable_tokens, step=price.cache_step_tokens)
-        sim = _FastOpenAICacheSim(rules)
+        if self.by_breakpoints:
+            return self._breakpoint_figures(
+                plan,
+                pieces,
+                shape,
+                rules=BreakpointRules.openai(price.min_cacheable_tokens),
+                ttl="30m",
+                implicit=not self.directives,
+            )
+        ttl_s, life_s = RETENTION_SECONDS[self.effective_retention()]
+        grid = OpenAIRules(
+            min_tokens=price.min_cacheable_tokens,
+            step=price.cache_step_tokens,
+            ttl_s=ttl_s,
+            max_lifetime_s=life_s,
+        )
+        sim = _FastOpenAICacheSim(grid)
         sys_h, user_h, reply = self._chat_framing()
         system = plan.relquery.system
         head = (sys_h + pieces.tokens(system) if system else []) + user_h
@@ -466,7 +626,8 @@ class OpenAICost(_ApiCost):
             tokens = list(head)
             for p in pieces.parts(i):
                 tokens += pieces.tokens(p)
-            ticket = sim.begin(tokens + reply, arrival=t, cache_key=routing_key(plan.requests[i]))
+            key = routing_key(plan.requests[i]) if self.directives else None
+            ticket = sim.begin(tokens + reply, arrival=t, cache_key=key)
             tickets[i] = ticket
             totals[0] += ticket.result.prompt_tokens
             totals[1] += ticket.result.cached_tokens
@@ -478,17 +639,25 @@ class OpenAICost(_ApiCost):
         return CacheFigures(totals[0], totals[1], wall=wall)
 
 
-def min_sharers(ttl: str) -> int:
-    """Fewest requests sharing a prefix for an Anthropic cache write to pay for itself.
+def min_sharers(write: float, read: float = READ_MULTIPLIER) -> int:
+    """Fewest requests sharing a prefix for a cache write to pay for itself.
+
+    Parameters
+    ----------
+    write, read : float
+        Cache write and read prices as multiples of the input price.
 
     Examples
     --------
-    >>> min_sharers("5m"), min_sharers("1h")
+    >>> min_sharers(WRITE_MULTIPLIER["5m"]), min_sharers(WRITE_MULTIPLIER["1h"])
     (2, 3)
+    >>> min_sharers(1.25, 0.1)  # OpenAI from GPT-5.6
+    2
     """
-    write = WRITE_MULTIPLIER[ttl]
+    if read >= 1.0:
+        return 1 << 30  # reads save nothing: never worth a write
     # n sharers: one write and n - 1 reads against n uncached sends.
-    return math.floor((write - READ_MULTIPLIER) / (1 - READ_MULTIPLIER)) + 1
+    return max(1, math.floor((write - read) / (1 - read)) + 1)
 
 
 def min_cacheable_tokens(model: str, prices: Mapping[str, Mapping[str, Any]] | None = None) -> int:
@@ -500,9 +669,14 @@ def min_cacheable_tokens(model: str, prices: Mapping[str, Mapping[str, Any]] | N
 
 
 def choose_breakpoints(
-    levels: Sequence[tuple[int, int]], tokens: Sequence[int], *, minimum: int, ttl: str
+    levels: Sequence[tuple[int, int]],
+    tokens: Sequence[int],
+    *,
+    minimum: int,
+    sharers: int,
+    limit: int = MAX_BREAKPOINTS,
 ) -> list[int]:
-    """Character offsets of the Anthropic cache breakpoints to place, shortest prefix first.
+    """Character offsets of the cache breakpoints to place, shortest prefix first.
 
     Parameters
     ----------
@@ -512,25 +686,27 @@ def choose_breakpoints(
         Tokens of the whole cached part (system and prompt) up to each level.
     minimum : int
         The model's minimum cacheable length.
-    ttl : {"5m", "1h"}
-        Cache lifetime (sets the write premium).
+    sharers : int
+        Fewest requests a prefix must be shared by to repay its write
+        (:func:`min_sharers` of the write and read prices).
+    limit : int
+        Most breakpoints per request.
 
     Examples
     --------
     >>> choose_breakpoints([(100, 50), (400, 6), (900, 1)], [900, 1500, 2600],
-    ...                    minimum=1024, ttl="5m")
+    ...                    minimum=1024, sharers=2)
     [400]
-    >>> choose_breakpoints([(100, 50), (400, 2)], [1100, 1500], minimum=1024, ttl="1h")
+    >>> choose_breakpoints([(100, 50), (400, 2)], [1100, 1500], minimum=1024, sharers=3)
     [100]
     """
-    need = min_sharers(ttl)
     useful = [
         end
         for (end, shared), n in zip(levels, tokens, strict=True)
-        if shared >= need and n >= minimum
+        if shared >= sharers and n >= minimum
     ]
-    if len(useful) > MAX_BREAKPOINTS:  # keep the most shared one and the deepest ones
-        useful = [useful[0], *useful[-(MAX_BREAKPOINTS - 1) :]]
+    if len(useful) > limit:  # keep the most shared one and the deepest ones
+        useful = [useful[0], *useful[-(limit - 1) :]]
     return useful
 
 
@@ -548,7 +724,6 @@ class AnthropicCost(_ApiCost):
     latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.8, 0.015, 0.0, 0.007))
     ttl: Literal["5m", "1h"] = "5m"
     minimum: int = 1024  # the shortest cacheable prefix (1,024 for an unknown model)
-    _token_cache: dict[str, int] = field(default_factory=dict, repr=False)
 
     def _written(self, usage: Usage) -> int:
         return usage.cache_write_tokens
@@ -560,69 +735,17 @@ class AnthropicCost(_ApiCost):
     def warm_start(self) -> bool:
         # Every first-wave request would write the head at 1.25x; Anthropic: "wait for
         # the first response before sending subsequent requests".
-        return True
+        return self.directives
 
     def _ttl(self) -> str:
         return self.ttl
 
-    def _tokens(self, text: str) -> int:
-        found = self._token_cache.get(text)
-        if found is None:
-            found = count([text])[0] if text else 0
-            if len(self._token_cache) > 200_000:
-                self._token_cache.clear()
-            self._token_cache[text] = found
-        return found
-
     def breakpoints(self, request: Request) -> list[int]:
-        """Where ``request``'s cache breakpoints go (offsets into its prompt)."""
-        if not request.prefix:
-            return []
-        # Approximate (o200k) counts, added up piece by piece: the pieces (system,
-        # instructions, labeled fields) repeat across rows, so each is counted once.
-        total = self._tokens(request.system or "")
-        counts: list[int] = []
-        start = 0
-        for end, _ in request.prefix:
-            total += self._tokens(request.prompt[start:end])
-            counts.append(total)
-            start = end
-        return choose_breakpoints(request.prefix, counts, minimum=self.minimum, ttl=self.ttl)
+        return self._breakpoint_offsets(request, minimum=self.minimum, ttl=self.ttl)
 
     def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
-        sim = AnthropicCacheSim(AnthropicRules(min_tokens=self._priced().min_cacheable_tokens))
-        sys_h, user_h, reply = self._chat_framing()
-        system = plan.relquery.system
-        sys_block = [Block(tuple(sys_h + pieces.tokens(system)))] if system else []
-        tickets: dict[int, Any] = {}
-        totals = [0, 0, 0, 0]
-
-        def arrive(i: int, t: float) -> None:
-            req = plan.requests[i]
-            blocks = list(sys_block)
-            start = 0
-            first = True
-            for end in self.breakpoints(req):
-                toks = (user_h if first else []) + pieces.span(i, start, end)
-                blocks.append(Block(tuple(toks), self.ttl))
-                start, first = end, False
-            if start < len(req.prompt):
-                toks = (user_h if first else []) + pieces.span(i, start, len(req.prompt))
-                blocks.append(Block(tuple(toks)))
-            blocks.append(Block(tuple(reply)))
-            ticket = sim.begin(blocks, arrival=t)
-            tickets[i] = ticket
-            r = ticket.result
-            totals[0] += r.prompt_tokens
-            totals[1] += r.cache_read_input_tokens
-            totals[2] += r.ephemeral_5m_input_tokens
-            totals[3] += r.ephemeral_1h_input_tokens
-
-        def complete(i: int, t: float) -> None:
-            sim.complete(tickets.pop(i), at=t)
-
-        wall = self._replay(plan, shape, arrive, complete)
-        return CacheFigures(totals[0], totals[1], totals[2], totals[3], wall)
+        rules = BreakpointRules(min_tokens=self._priced().min_cacheable_tokens)
+        return self._breakpoint_figures(plan, pieces, shape, rules=rules, ttl=self.ttl)
 
 
 def explicit_cache_pays(sharers: int, price: Price, ttl: str) -> bool:
@@ -667,7 +790,6 @@ class GeminiCost(_ApiCost):
     latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.6, 0.01, 0.0, 0.007))
     ttl: Literal["5m", "1h"] = "5m"
     minimum: int = 2048  # the shortest cacheable prefix
-    _token_cache: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def warm_start(self) -> bool:
@@ -683,15 +805,6 @@ class GeminiCost(_ApiCost):
 
     def _chat_framing(self) -> tuple[list[int], list[int], list[int]]:
         return gemini_framing()
-
-    def _tokens(self, text: str) -> int:
-        found = self._token_cache.get(text)
-        if found is None:
-            found = count([text])[0] if text else 0
-            if len(self._token_cache) > 200_000:
-                self._token_cache.clear()
-            self._token_cache[text] = found
-        return found
 
     @property
     def lifetime_s(self) -> float:
@@ -716,7 +829,7 @@ class GeminiCost(_ApiCost):
         model's minimum (counted approximately, with o200k) and
         :func:`explicit_cache_pays` for the requests one cache serves.
         """
-        if batch or self.price is None or not request.prefix:
+        if batch or not self.directives or self.price is None or not request.prefix:
             return 0
         end, shared = request.prefix[0]
         tokens = self._tokens(request.system or "") + self._tokens(request.prompt[:end])
@@ -780,11 +893,28 @@ class GeminiCost(_ApiCost):
 
 
 def openai_cost(
-    model: str, prices: Mapping[str, Mapping[str, Any]] | None, *, concurrency: int
+    model: str,
+    prices: Mapping[str, Mapping[str, Any]] | None,
+    *,
+    concurrency: int,
+    directives: bool = True,
+    retention: str | None = None,
 ) -> OpenAICost:
-    """The cost model of ``model`` on the OpenAI API (prices from the table)."""
+    """The cost model of ``model`` on the OpenAI API (prices from the table).
+
+    Raises
+    ------
+    ConfigError
+        A ``retention`` the model does not take (listed in the message).
+    """
     price, problem = api_price("openai", model, prices)
-    return OpenAICost(model, price, concurrency, problem=problem)
+    if retention is not None and price is not None and retention not in price.retention:
+        takes = ", ".join(repr(r) for r in price.retention) or "none (it caches by breakpoints)"
+        msg = f"cache_retention={retention!r} is not offered for {model!r}; it takes: {takes}."
+        raise ConfigError(msg)
+    return OpenAICost(
+        model, price, concurrency, problem=problem, directives=directives, retention=retention
+    )
 
 
 def _cache_ttl(ttl: str) -> Literal["5m", "1h"]:
@@ -801,6 +931,7 @@ def anthropic_cost(
     *,
     concurrency: int,
     ttl: str,
+    directives: bool = True,
 ) -> AnthropicCost:
     """The cost model of ``model`` on the Anthropic API (prices from the table)."""
     checked = _cache_ttl(ttl)
@@ -810,6 +941,7 @@ def anthropic_cost(
         price,
         concurrency,
         problem=problem,
+        directives=directives,
         ttl=checked,
         minimum=min_cacheable_tokens(model, prices),
     )
@@ -821,6 +953,7 @@ def gemini_cost(
     *,
     concurrency: int,
     ttl: str,
+    directives: bool = True,
 ) -> GeminiCost:
     """The cost model of ``model`` on the Gemini API (prices from the table)."""
     checked = _cache_ttl(ttl)
@@ -830,6 +963,7 @@ def gemini_cost(
         price,
         concurrency,
         problem=problem,
+        directives=directives,
         ttl=checked,
         minimum=price.min_cacheable_tokens if price is not None else 2048,
     )
@@ -945,8 +1079,9 @@ class SlotCost(_EngineCost):
         cal = self.calibration(shape)
         if cal is None:
             return [
-                "local engine uncalibrated: no wall time (run semframe.calibrate_local "
-                "once on this machine)"
+                "local engine uncalibrated: no wall time; run semframe.calibrate_local("
+                f"model={self.model!r}, slots={shape.workers}) once on this machine (about a "
+                "minute) and estimate again"
             ]
         return [
             f"wall time from the calibration of {cal.measured_at} ({cal.slots} slots); prefix "

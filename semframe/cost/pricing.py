@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from semframe.cost.seeded import seeded_fields
 from semframe.errors import ConfigError
 
 __all__ = ["Cost", "Price", "cost", "known_models", "load_prices", "price_for"]
@@ -57,13 +58,15 @@ class Price:
         Input tokens served from the prompt cache (OpenAI "cached input",
         Anthropic "cache reads", Gemini "context caching").
     cache_write_5m : float
-        Anthropic cache writes with the 5-minute TTL (OpenAI: ``input``; writes
-        are free there, cached prompts are billed as ordinary input). Gemini:
-        an explicit cache with a 5-minute TTL, per token: its creation (the
-        input price) plus its storage for 5 minutes.
+        Anthropic cache writes with the 5-minute TTL. OpenAI: cache writes at
+        any TTL (1.25x input from GPT-5.6; ``input`` before, where writes are
+        free and cached prompts are billed as ordinary input); a table entry
+        gives it as ``cache_write``. Gemini: an explicit cache with a 5-minute
+        TTL, per token: its creation (the input price) plus its storage for 5
+        minutes.
     cache_write_1h : float
-        Anthropic cache writes with the 1-hour TTL (OpenAI: ``input``; Gemini:
-        creation plus one hour of storage).
+        Anthropic cache writes with the 1-hour TTL (OpenAI: as
+        ``cache_write_5m``; Gemini: creation plus one hour of storage).
     min_cacheable_tokens : int
         Shortest prefix the provider caches.
     cache_step_tokens : int
@@ -86,6 +89,15 @@ class Price:
         Whether the batch discount applies on top of cache prices. Gemini: no,
         a cached token in a batch is billed at the cache price (and explicit
         cache writes are never part of a batch).
+    caching : {"automatic", "breakpoints"}
+        How the model caches: ``"automatic"``, every prompt's prefixes on the
+        provider's grid (OpenAI before GPT-5.6, Gemini's implicit caching);
+        ``"breakpoints"``, only up to the breakpoints a request marks, or the
+        provider's own implicit one, and matched exactly there (Anthropic;
+        OpenAI from GPT-5.6, whose cache writes are billed).
+    retention : tuple of str
+        OpenAI ``prompt_cache_retention`` values the model takes (``in_memory``,
+        ``24h``); empty where the parameter does not apply.
     """
 
     model: str
@@ -103,6 +115,8 @@ class Price:
     note: str | None = None
     cache_storage_per_hour: float = 0.0
     batch_stacks_cache: bool = True
+    caching: Literal["automatic", "breakpoints"] = "automatic"
+    retention: tuple[str, ...] = ()
 
     @property
     def cached_input(self) -> float:
@@ -231,7 +245,11 @@ _FLOAT_KEYS = (
 _INT_KEYS = ("min_cacheable_tokens", "cache_step_tokens")
 _BOOL_KEYS = ("batch_stacks_cache",)
 _STR_KEYS = ("as_of", "source", "note")
+_CACHING = ("automatic", "breakpoints")
+_RETENTION = ("in_memory", "24h")
 _ALIASES = {"cached_input": "cache_read"}
+_CACHE_WRITE = "cache_write"
+"""A write price for every TTL (OpenAI from GPT-5.6: one price whatever the lifetime)."""
 _MULTIPLIERS = {
     "cache_read": "cache_read_multiplier",
     "cache_write_5m": "cache_write_5m_multiplier",
@@ -248,6 +266,9 @@ _VALID_KEYS = (
     *_STR_KEYS,
     *_ALIASES,
     *_MULTIPLIERS.values(),
+    _CACHE_WRITE,
+    "caching",
+    "retention",
 )
 _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 
@@ -277,6 +298,21 @@ def _make(model: str, raw: Mapping[str, Any], defaults: Mapping[str, Mapping[str
             msg = f"{where}: {key!r} (dollars per million tokens) is required"
             raise ConfigError(msg)
     inp = values["input"]
+    write = raw.get(_CACHE_WRITE)
+    values.pop(_CACHE_WRITE, None)
+    if write is not None:
+        for key in ("cache_write_5m", "cache_write_1h"):
+            if key not in raw:
+                values[key] = write
+    caching = values.setdefault("caching", "automatic")
+    if caching not in _CACHING:
+        msg = f"{where}: 'caching' must be one of {_CACHING}, got {caching!r}"
+        raise ConfigError(msg)
+    retention = values.setdefault("retention", [])
+    if not isinstance(retention, list | tuple) or any(r not in _RETENTION for r in retention):
+        msg = f"{where}: 'retention' must be a list of {_RETENTION}, got {retention!r}"
+        raise ConfigError(msg)
+    values["retention"] = tuple(retention)
     storage = values.setdefault("cache_storage_per_hour", 0.0)
     if isinstance(storage, bool) or not isinstance(storage, int | float) or storage < 0:
         msg = f"{where}: 'cache_storage_per_hour' must be a number >= 0, got {storage!r}"
@@ -386,10 +422,31 @@ def price_for(model: str, overrides: Mapping[str, Any] | None = None) -> Price:
     for candidate in (model, name, _SNAPSHOT.sub("", name)):
         if candidate in prices:
             return prices[candidate]
+    seeded = _seeded(name)
+    if seeded is not None:
+        return seeded
     msg = (
         f"no price for model {model!r}; known models: {', '.join(sorted(prices))}. "
         f'Add one with a [prices."{model}"] table in semframe.toml, e.g. '
         f'provider = "openai", input = 0.40, cached_input = 0.10, output = 1.60 '
-        f"(dollars per million tokens)"
+        f"(dollars per million tokens), or install the maintained price table that "
+        f'prices hundreds more: pip install "semframe[prices]"'
     )
     raise ConfigError(msg)
+
+
+def _seeded(model: str) -> Price | None:
+    """``model``'s price from genai-prices (when installed), with semframe's caching rules on top.
+
+    The provider's rules come from ``[defaults.<provider>]``; an OpenAI model
+    with a cache-write price caches by breakpoints (GPT-5.6 and later).
+    """
+    raw = seeded_fields(model)
+    if raw is None:
+        return None
+    raw.pop("flex_discount", None)  # the flex tier is not priced by semframe
+    if raw["provider"] == "openai" and "cache_write" in raw:
+        raw.update(caching="breakpoints", cache_step_tokens=1, retention=[])
+    raw["source"] = f"{raw.get('source', 'genai-prices')} (https://github.com/pydantic/genai-prices)"
+    defaults, _ = _table()
+    return _make(model, raw, defaults)

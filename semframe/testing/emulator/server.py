@@ -25,8 +25,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from semframe.cost.cachesim import (
-    AnthropicCacheSim,
-    AnthropicRules,
+    Block,
+    BreakpointCacheSim,
+    BreakpointRules,
     CacheRuleError,
     OpenAICacheSim,
     OpenAIRules,
@@ -35,6 +36,7 @@ from semframe.cost.cachesim import (
 from semframe.cost.framing import (
     FramingError,
     anthropic_blocks,
+    openai_blocks,
     openai_prompt_tokens,
     prompt_text,
 )
@@ -316,8 +318,9 @@ class ProviderEmulator:
         self.ledger = Ledger()
         self.faults = FaultPlan()
         self._lock = threading.RLock()  # caches, files, batches, ids
-        self._openai_sims: dict[str, OpenAICacheSim] = {}
-        self._anthropic_sims: dict[str, AnthropicCacheSim] = {}
+        self._openai_sims: dict[tuple[str, str], OpenAICacheSim] = {}
+        self._anthropic_sims: dict[str, BreakpointCacheSim] = {}
+        self._openai_bp_sims: dict[str, BreakpointCacheSim] = {}
         self._files: dict[str, _File] = {}
         self._batches: dict[str, _Batch] = {}
         self._ids = itertools.count(1)
@@ -404,6 +407,7 @@ class ProviderEmulator:
         with self._lock:
             self._openai_sims.clear()
             self._anthropic_sims.clear()
+            self._openai_bp_sims.clear()
             self._files.clear()
             self._batches.clear()
         self._gemini.reset()
@@ -433,29 +437,45 @@ class ProviderEmulator:
             raise _Failure(404, msg)
         return price
 
-    def _openai_sim(self, price: Price) -> OpenAICacheSim:
-        sim = self._openai_sims.get(price.model)
+    def _openai_sim(self, price: Price, retention: str) -> OpenAICacheSim:
+        """The automatic cache of ``price.model`` for requests with ``retention``.
+
+        ``in_memory`` entries live as ``openai_rules`` says; ``24h`` entries a
+        day (a simplification: the two retentions are separate caches here).
+        """
+        sim = self._openai_sims.get((price.model, retention))
         if sim is None:
             r = self.openai_rules
+            ttl_s, life_s = (
+                (r.ttl_s, r.max_lifetime_s) if retention == "in_memory" else (86_400.0,) * 2
+            )
             rules = OpenAIRules(
                 min_tokens=price.min_cacheable_tokens,
                 step=price.cache_step_tokens,
-                ttl_s=r.ttl_s,
-                max_lifetime_s=r.max_lifetime_s,
+                ttl_s=ttl_s,
+                max_lifetime_s=life_s,
                 machines=r.machines,
                 route_tokens=r.route_tokens,
                 overflow_per_minute=r.overflow_per_minute,
             )
-            sim = self._openai_sims[price.model] = OpenAICacheSim(rules)
+            sim = self._openai_sims[price.model, retention] = OpenAICacheSim(rules)
         return sim
 
-    def _anthropic_sim(self, price: Price) -> AnthropicCacheSim:
+    def _openai_bp_sim(self, price: Price) -> BreakpointCacheSim:
+        """The breakpoint cache of a model that caches by breakpoints (GPT-5.6 on)."""
+        sim = self._openai_bp_sims.get(price.model)
+        if sim is None:
+            rules = BreakpointRules.openai(price.min_cacheable_tokens)
+            sim = self._openai_bp_sims[price.model] = BreakpointCacheSim(rules)
+        return sim
+
+    def _anthropic_sim(self, price: Price) -> BreakpointCacheSim:
         sim = self._anthropic_sims.get(price.model)
         if sim is None:
-            rules = AnthropicRules(
+            rules = BreakpointRules(
                 min_tokens=price.min_cacheable_tokens, lookback_blocks=self.anthropic_lookback
             )
-            sim = self._anthropic_sims[price.model] = AnthropicCacheSim(rules)
+            sim = self._anthropic_sims[price.model] = BreakpointCacheSim(rules)
         return sim
 
     def _error(self, provider: Provider, failure: _Failure) -> Reply:
@@ -632,6 +652,7 @@ class ProviderEmulator:
         top_logprobs = _openai_top_logprobs(req)
         cache_key = req.get("prompt_cache_key") or req.get("user")
         cache_key = str(cache_key) if cache_key is not None else None
+        blocks, retention = _openai_cache_rules(req, price, messages)
 
         if not batch:
             self._admit("openai", model, len(tokens) + (max_tokens or 0))
@@ -647,7 +668,15 @@ class ProviderEmulator:
 
         arrival = self.clock.now()
         with self._lock:
-            ticket = self._openai_sim(price).begin(tokens, arrival=arrival, cache_key=cache_key)
+            if blocks is None:
+                auto = self._openai_sim(price, retention)
+                ticket = auto.begin(tokens, arrival=arrival, cache_key=cache_key)
+                prompt, cached = ticket.result.prompt_tokens, ticket.result.cached_tokens
+                written = 0
+            else:
+                bp = self._openai_bp_sim(price).begin(blocks, arrival=arrival)
+                prompt, cached = bp.result.prompt_tokens, bp.result.cache_read_input_tokens
+                written = bp.result.cache_creation_input_tokens
         answer, out_tokens, cut = self._answer(
             "openai", model, text, schema=schema, max_tokens=max_tokens, fault=fault
         )
@@ -655,21 +684,27 @@ class ProviderEmulator:
             self._wait(self.latency.of(out_tokens))
         completion = self.clock.now()
         with self._lock:
-            self._openai_sim(price).complete(ticket, at=completion)
-        prompt, cached = ticket.result.prompt_tokens, ticket.result.cached_tokens
+            if blocks is None:
+                self._openai_sim(price, retention).complete(ticket, at=completion)
+            else:
+                self._openai_bp_sim(price).complete(bp, at=completion)
         bill = cost(
             price,
-            uncached_input_tokens=prompt - cached,
+            uncached_input_tokens=prompt - cached - written,
             cached_input_tokens=cached,
+            cache_write_5m_tokens=written,
             output_tokens=out_tokens,
             batch=batch,
         )
         self.ledger.record(
             LedgerEntry(
-                "openai", model, 200, prompt, cached, 0, 0, out_tokens, bill, arrival,
+                "openai", model, 200, prompt, cached, written, 0, out_tokens, bill, arrival,
                 completion, batch, custom_id, cache_key, fault.kind if fault else None,
             )
         )  # fmt: skip
+        details: dict[str, int] = {"cached_tokens": cached, "audio_tokens": 0}
+        if blocks is not None:
+            details["cache_write_tokens"] = written
         payload = {
             "id": self._new_id("chatcmpl-"),
             "object": "chat.completion",
@@ -694,7 +729,7 @@ class ProviderEmulator:
                 "prompt_tokens": prompt,
                 "completion_tokens": out_tokens,
                 "total_tokens": prompt + out_tokens,
-                "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+                "prompt_tokens_details": details,
                 "completion_tokens_details": {
                     "reasoning_tokens": 0,
                     "audio_tokens": 0,
@@ -1118,6 +1153,63 @@ class ProviderEmulator:
                 raise _Failure(400, f"Cannot cancel a batch with processing_status '{b.status}'.")
             b.status, b.cancel_at = "canceling", int(time.time())
         return self._ok("anthropic", self._an_batch_object(b))
+
+
+def _openai_cache_rules(
+    req: Mapping[str, Any], price: Price, messages: Any
+) -> tuple[list[Block] | None, str]:
+    """How a chat request is cached: its breakpoint blocks (None: automatic), and its retention.
+
+    Breakpoint models (GPT-5.6 on) take ``prompt_cache_options`` (``mode``
+    implicit or explicit, ``ttl`` 30m) and ``prompt_cache_breakpoint`` on text
+    parts; the other models take neither, and ``prompt_cache_retention`` only
+    with a value the price table lists for them. Setting ``prompt_cache_options``
+    and ``prompt_cache_retention`` together is refused.
+    """
+    options = req.get("prompt_cache_options")
+    retention = req.get("prompt_cache_retention")
+    marked = isinstance(messages, list) and any(
+        isinstance(m, Mapping)
+        and isinstance(m.get("content"), list)
+        and any(isinstance(p, Mapping) and "prompt_cache_breakpoint" in p for p in m["content"])
+        for m in messages
+    )
+    if price.caching != "breakpoints":
+        if options is not None or marked:
+            field = "prompt_cache_options" if options is not None else "prompt_cache_breakpoint"
+            msg = f"{field}: supported for gpt-5.6 and later models, not {price.model!r}"
+            raise _Failure(400, msg)
+        if retention is None:
+            return None, price.retention[0] if price.retention else "in_memory"
+        if retention not in price.retention:
+            takes = ", ".join(repr(r) for r in price.retention) or "none"
+            msg = (
+                f"prompt_cache_retention: {retention!r} is not supported for {price.model!r} "
+                f"(supported: {takes})"
+            )
+            raise _Failure(400, msg)
+        return None, str(retention)
+    if options is not None and retention is not None:
+        msg = (
+            "prompt_cache_options.ttl supersedes prompt_cache_retention: set one of them, not both"
+        )
+        raise _Failure(400, msg)
+    mode, ttl = "implicit", "30m"
+    if options is not None:
+        if not isinstance(options, Mapping):
+            raise _Failure(400, f"prompt_cache_options: must be an object, got {options!r}")
+        mode = options.get("mode", "implicit")
+        ttl = options.get("ttl", "30m")
+        if mode not in ("implicit", "explicit"):
+            msg = f"prompt_cache_options.mode: must be 'implicit' or 'explicit', got {mode!r}"
+            raise _Failure(400, msg)
+        if ttl != "30m":
+            raise _Failure(400, f"prompt_cache_options.ttl: only '30m' is supported, got {ttl!r}")
+    try:
+        blocks = openai_blocks(messages, implicit=mode == "implicit", ttl="30m")
+    except FramingError as exc:
+        raise _Failure(400, str(exc)) from None
+    return blocks, "in_memory"
 
 
 def _openai_top_logprobs(req: Mapping[str, Any]) -> int | None:
