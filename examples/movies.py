@@ -8,6 +8,10 @@ and prints what was sent and what it cost.
     python examples/movies.py                 # 40 rows, local engine
     python examples/movies.py --rows 200
     python examples/movies.py --backend fake  # no model: instant, for a smoke test
+    python examples/movies.py --no-cache      # send every request again
+
+Answers are kept in semframe's result cache, so a second run sends nothing and
+says so; ``--no-cache`` (or ``SEMFRAME_CACHE=false make demo``) runs afresh.
 """
 
 from __future__ import annotations
@@ -29,7 +33,15 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--summaries", type=int, default=4)
     parser.add_argument("--backend", default=None, help="default: from configuration (local)")
+    parser.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        default=None,
+        help="neither read nor write the result cache: every request is sent",
+    )
     args = parser.parse_args()
+    settings = {"backend": args.backend, "cache": args.cache}  # None: from configuration
 
     source = SHARED if SHARED.exists() else SLICE
     reviews = pd.read_csv(source).head(args.rows)
@@ -37,13 +49,16 @@ def main() -> None:
     print(f"{len(reviews)} reviews of {reviews['movie_title'].nunique()} movies from {source.name}")
 
     question = "Is the review {review_content} positive about the movie {movie_title}?"
-    plan = reviews.llm.plan(question, op="filter", backend=args.backend)
+    plan = reviews.llm.plan(question, op="filter", **settings)
     print(plan.explain(n=1))
 
-    liked = reviews.llm.filter(question, backend=args.backend)
+    liked = reviews.llm.filter(question, **settings)
     stats = semframe.last_run()
     print(f"\n{len(liked)} of {len(reviews)} reviews are positive.")
     print(stats)
+    said = cache_note(stats)
+    if said:
+        print(said)
 
     sample = liked.head(args.summaries)
     # A small model may run past max_tokens: keep such answers, marked, rather than
@@ -53,13 +68,33 @@ def main() -> None:
         out="summary",
         max_tokens=40,
         truncated="keep",
-        backend=args.backend,
+        **settings,
     )
     print()
     for _, row in summaries.iterrows():
         cut = " [cut at max_tokens]" if row["summary_truncated"] else ""
         print(f"- {row['movie_title']}: {' '.join(row['summary'].split())}{cut}")
-    print(semframe.last_run())
+    stats = semframe.last_run()
+    print(stats)
+    note = cache_note(stats)
+    if note and note != said:
+        print(note)
+
+
+def cache_note(stats: semframe.RunStats | None) -> str | None:
+    """What the result cache did in this run, in words (None: it answered nothing)."""
+    if stats is None or not stats.cache_hits:
+        return None
+    if stats.requests:
+        return (
+            f"({stats.cache_hits} of {stats.rows} answers came from the result cache, stored "
+            "by an earlier run; only the others were sent.)"
+        )
+    return (
+        "(This demo ran before on this machine and its answers were stored. For a fresh run "
+        "that sends every request: SEMFRAME_CACHE=false make demo, or "
+        "python examples/movies.py --no-cache.)"
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ from typing import Any
 
 from semframe._version import __version__
 from semframe.accessor import LLMAccessor
-from semframe.config import config, configure, using
+from semframe.backends import describe
+from semframe.config import ResolvedConfig, configure, using
+from semframe.config import config as _resolve
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, RelQuery
 from semframe.cost.estimate import Estimate
@@ -70,6 +72,32 @@ __all__ = [
     "register_operator",
     "using",
 ]
+
+
+def config(**overrides: Any) -> ResolvedConfig:
+    """Every setting resolved, where each came from, and what a run would use.
+
+    :func:`semframe.config.config`, with the model the backend runs named
+    where ``model`` is not set: ``print(semframe.config())`` lists each
+    setting's value (a ``None`` default replaced by what it stands for where
+    that is known: the backend's model, the cache folder's path) and its
+    source (``default``, the ``semframe.toml`` or ``pyproject.toml`` path,
+    ``SEMFRAME_<NAME>``, ``semframe.configure()``, ``semframe.using()``, or
+    ``call argument``).
+
+    Examples
+    --------
+    >>> import semframe
+    >>> cfg = semframe.config(backend="openai")
+    >>> cfg["model"], cfg.effective["model"]
+    (None, 'gpt-4.1-mini')
+    >>> print(cfg)  # doctest: +ELLIPSIS
+    semframe config
+    backend ... = 'openai' ... # call argument
+    model   ... = 'gpt-4.1-mini' ... # default: the 'openai' backend's model
+    ...
+    """
+    return describe(_resolve(**overrides))
 
 
 class SemframeWarning(UserWarning):

@@ -1,5 +1,6 @@
 """The ``semframe`` command: ``cache info|clear``, ``serve`` and ``vllm-model``.
 
+``semframe --version`` prints the version; ``semframe`` alone prints the help.
 ``semframe serve`` starts a vLLM OpenAI-compatible server with our scheduler
 (:mod:`semframe.serving.vllm.serve`); ``semframe vllm-model NAME`` converts a known
 model for vLLM ahead of time and prints its directory.
@@ -28,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from semframe._version import __version__
 from semframe.cache.store import FILENAME, ResultCache
 from semframe.config import cache_dir, config
 from semframe.serving.vllm.convert import model_dir
@@ -38,7 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="semframe", description="semframe: LLMs inside DataFrames."
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "--version", action="version", version=f"semframe {__version__}", help="print the version"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     cache = commands.add_parser("cache", help="the persistent result cache")
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
@@ -100,12 +105,19 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``semframe`` command line; returns the exit status.
 
+    With no command it prints the help and returns 0; ``--version`` (and
+    ``--help``) print and exit with 0, as argparse does.
+
     Parameters
     ----------
     argv : sequence of str, optional
         Arguments without the program name (default: ``sys.argv[1:]``).
     """
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     if args.command == "serve":
         return serve(args)
     if args.command == "vllm-model":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
@@ -51,7 +52,6 @@ def _choice(*valid: str) -> Callable[[object], str]:
     return parse
 
 
-def _opt_str(value: object) -> str | None:
 def _choice_or_none(*valid: str) -> Callable[[object], str | None]:
     choose = _choice(*valid)
 
@@ -63,6 +63,7 @@ def _choice_or_none(*valid: str) -> Callable[[object], str | None]:
     return parse
 
 
+def _opt_str(value: object) -> str | None:
     if value is None:
         return None
     text = str(value).strip()
@@ -294,7 +295,6 @@ SETTINGS: dict[str, Setting] = {
             "Gemini: the TTL of the explicit caches semframe creates.",
         ),
         Setting(
-        Setting(
             "cache_directives",
             _bool,
             True,
@@ -310,6 +310,7 @@ SETTINGS: dict[str, Setting] = {
             "OpenAI prompt_cache_retention to send: 'in_memory' or '24h' (GPT-5.5 takes only "
             "'24h'; GPT-5.6 and later cache by breakpoints and take none). None: not sent.",
         ),
+        Setting(
             "batch",
             _bool,
             False,
@@ -352,7 +353,8 @@ SETTINGS: dict[str, Setting] = {
             "progress",
             _choice("auto", "on", "off"),
             "auto",
-            "Progress bar: 'auto' (on a terminal, after a moment), 'on', 'off'.",
+            "Progress display: 'auto' (on a terminal or in a Jupyter notebook, after a "
+            "moment), 'on', 'off'.",
         ),
         Setting(
             "vllm_scheduler",
@@ -365,7 +367,7 @@ SETTINGS: dict[str, Setting] = {
             _engine_args,
             None,
             "Engine arguments for backend 'vllm' in process (a dict of vLLM "
-            "AsyncEngineArgs fields, e.g. {'max_model_len': 2048}). None: defaults.",
+            "AsyncEngineArgs fields, e.g. {'max_model_len': 2048}). None: vLLM's defaults.",
         ),
         Setting(
             "local_parallel",
@@ -497,6 +499,13 @@ class ResolvedConfig(dict[str, Any]):
     where it came from. It is a read-only ``dict``, so reading a setting costs
     what a dict lookup costs (the executor reads several per call).
 
+    ``None`` stands for a default that depends on something else (the
+    backend's model, the cache folder under ``$XDG_CACHE_HOME``).
+    ``cfg.effective`` gives the value a run uses where that default can be
+    named here: the cache folder's path, and in ``semframe.config()`` the
+    backend's model. The repr lists those values, and says what each ``None``
+    left stands for.
+
     Examples
     --------
     >>> cfg = ResolvedConfig({"backend": "fake"}, {"backend": "call argument"})
@@ -508,11 +517,46 @@ class ResolvedConfig(dict[str, Any]):
     TypeError: resolved settings are read-only; pass settings to the call, ...
     """
 
-    __slots__ = ("sources",)
+    __slots__ = ("_explained", "sources")
 
-    def __init__(self, settings: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        sources: Mapping[str, str],
+        explained: Mapping[str, tuple[Any, str]] | None = None,
+    ) -> None:
         super().__init__(settings)
         self.sources: Mapping[str, str] = MappingProxyType(dict(sources))
+        self._explained: Mapping[str, tuple[Any, str]] = MappingProxyType(dict(explained or {}))
+
+    @property
+    def effective(self) -> Mapping[str, Any]:
+        """Each setting's value as a run uses it: a ``None`` default replaced where it is known.
+
+        Examples
+        --------
+        >>> cfg = config(cache_dir="~/sf")
+        >>> cfg["cache_dir"], cfg.effective["cache_dir"].endswith("/sf")
+        ('~/sf', True)
+        """
+        return MappingProxyType(
+            {k: self._explained[k][0] if k in self._explained else v for k, v in self.items()}
+        )
+
+    def explain(self, key: str, value: Any, why: str) -> ResolvedConfig:
+        """A copy in which setting ``key`` is used as ``value``, for the reason ``why``.
+
+        The setting itself (``cfg[key]``) and its source do not change; the
+        repr shows ``value`` and ``why`` (a layer that knows more than the
+        settings table, the backends, names the model a backend runs).
+
+        Examples
+        --------
+        >>> cfg = ResolvedConfig({"model": None}, {"model": "default"})
+        >>> cfg.explain("model", "m-1", "the backend's model").effective["model"]
+        'm-1'
+        """
+        return ResolvedConfig(self, self.sources, {**self._explained, key: (value, why)})
 
     def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
         msg = (
@@ -531,13 +575,32 @@ class ResolvedConfig(dict[str, Any]):
     def __deepcopy__(self, memo: dict[int, object]) -> ResolvedConfig:
         return self
 
-    def __reduce__(self) -> tuple[type[ResolvedConfig], tuple[dict[str, Any], dict[str, str]]]:
-        return ResolvedConfig, (dict(self), dict(self.sources))
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[ResolvedConfig],
+        tuple[dict[str, Any], dict[str, str], dict[str, tuple[Any, str]]],
+    ]:
+        return ResolvedConfig, (dict(self), dict(self.sources), dict(self._explained))
 
     def __repr__(self) -> str:
         width = max(map(len, self))
-        lines = [f"{k:<{width}} = {_show(v):<24} # {self.sources[k]}" for k, v in self.items()]
+        lines = []
+        for key, value in self.items():
+            source = self.sources[key]
+            shown, why = self._explained.get(key, (value, ""))
+            if shown is None and not why:
+                why = _unset(key)
+            note = f"{source}: {why}" if why else source
+            lines.append(f"{key:<{width}} = {_show(shown):<24} # {note}")
         return "semframe config\n" + "\n".join(lines)
+
+
+def _unset(key: str) -> str:
+    """What ``None`` stands for in setting ``key``, as its meaning says ("None: ...")."""
+    setting = SETTINGS.get(key)
+    found = re.search(r"None: (.+?)\.(?:\s|$)", setting.doc) if setting is not None else None
+    return found.group(1) if found else ""
 
 
 def _show(value: Any) -> str:
@@ -547,10 +610,22 @@ def _show(value: Any) -> str:
     return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
+def _cache_folder(configured: str | None) -> tuple[str, str]:
+    """The cache folder's path for setting ``configured``, and which default it is (if one)."""
+    path = str(cache_dir(configured))
+    if configured:
+        return path, ""
+    xdg = bool(os.environ.get("XDG_CACHE_HOME"))
+    return path, "$XDG_CACHE_HOME/semframe" if xdg else "~/.cache/semframe"
+
+
 def config(**overrides: Any) -> ResolvedConfig:
     """Resolve every setting, call-level ``overrides`` first.
 
-    ``None`` in ``overrides`` means "not given" and falls through.
+    ``None`` in ``overrides`` means "not given" and falls through. The cache
+    folder's path is resolved too (``cfg.effective["cache_dir"]``);
+    ``semframe.config()``, the public name, also names the model the backend
+    runs by default (the backends know it, this layer does not).
 
     Examples
     --------
@@ -591,4 +666,4 @@ def config(**overrides: Any) -> ResolvedConfig:
         else:
             values[key] = setting.default
             sources[key] = "default"
-    return ResolvedConfig(values, sources)
+    return ResolvedConfig(values, sources, {"cache_dir": _cache_folder(values["cache_dir"])})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from html import escape
 from typing import Any
 
 
@@ -197,7 +198,7 @@ class RowErrors(SemframeError):
     --------
     >>> failed = [RowError(i, i, "parse", "expected a yes/no answer", 2) for i in range(2)]
     >>> print(str(RowErrors(failed, None, total=3)).splitlines()[0])
-    2 row(s) failed; the other rows succeeded and are in `.result` of this exception (or pass errors='keep' to get them with an error column).
+    2 rows failed; the other rows succeeded and are in `.result` of this exception (or pass errors='keep' to get them with an error column).
     >>> print(str(RowErrors(failed, None, total=2)).splitlines()[0])
     all 2 rows failed; nothing succeeded. `.result` of this exception holds the frame with no answers; pass errors='keep' to get it with an error column saying why each row failed.
     """  # noqa: E501
@@ -210,8 +211,8 @@ class RowErrors(SemframeError):
         self.total = _row_count(result) if total is None else total
         n = len(self.errors)
         shown = "\n".join(
-            f"  row {e.row} (label {e.label!r}): {e.kind} error after {e.attempts} "
-            f"attempt(s): {e.message}"
+            f"  row {e.row} (label {e.label!r}): {e.kind} error after "
+            f"{plural(e.attempts, 'attempt')}: {e.message}"
             for e in self.errors[:5]
         )
         more = f"\n  ... and {n - 5} more" if n > 5 else ""
@@ -224,10 +225,42 @@ class RowErrors(SemframeError):
             )
         else:
             head = (
-                f"{n} row(s) failed; the other rows succeeded and are in `.result` of this "
+                f"{plural(n, 'row')} failed; the other rows succeeded and are in `.result` of this "
                 "exception (or pass errors='keep' to get them with an error column)."
             )
         super().__init__(f"{head}\n{shown}{more}")
+
+    def _repr_html_(self) -> str:
+        """The failed rows as a table (what a notebook shows for a caught ``RowErrors``).
+
+        Examples
+        --------
+        >>> err = RowErrors([RowError(0, "<a>", "parse", "got <b>", 1)], None)
+        >>> html = err._repr_html_()
+        >>> "&#x27;&lt;a&gt;&#x27;" in html, "got &lt;b&gt;" in html, "<b>1 row failed</b>" in html
+        (True, True, True)
+        """
+        shown = self.errors[:HTML_ROWS]
+        body = "".join(
+            f"<tr><td>{e.row}</td><td>{escape(repr(e.label))}</td><td>{escape(e.kind)}</td>"
+            f"<td>{e.attempts}</td><td style='text-align:left;white-space:pre-wrap'>"
+            f"{escape(e.message)}</td></tr>"
+            for e in shown
+        )
+        n = len(self.errors)
+        more = f"<p>... and {n - len(shown):,} more</p>" if n > len(shown) else ""
+        head = str(self.args[0]).split("\n", 1)[0] if self.args else ""
+        first, _, rest = head.partition(";")
+        return (
+            f"<div><b>{escape(first)}</b>{escape(';' + rest if rest else '')}"
+            "<table><thead><tr><th>row</th><th>label</th><th>error</th><th>attempts</th>"
+            f"<th style='text-align:left'>why</th></tr></thead><tbody>{body}</tbody></table>"
+            f"{more}</div>"
+        )
+
+
+HTML_ROWS = 50
+"""Failed rows a :class:`RowErrors` table shows in a notebook (the rest are counted)."""
 
 
 def _row_count(result: Any) -> int | None:
@@ -271,6 +304,26 @@ def format_choices(valid: Iterable[object] | Mapping[str, object]) -> str:
     "'a', 'b'"
     """
     return ", ".join(repr(v) for v in valid)
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """A count with its noun in the right number: ``1 row``, ``0 rows``, ``1,200 rows``.
+
+    Parameters
+    ----------
+    count : int
+        How many.
+    word : str
+        The noun for one.
+    many : str, optional
+        The noun for any other count (default: ``word + "s"``).
+
+    Examples
+    --------
+    >>> plural(1, "row"), plural(0, "row"), plural(1200, "retry", "retries")
+    ('1 row', '0 rows', '1,200 retries')
+    """
+    return f"{count:,} {word if count == 1 else (many or word + 's')}"
 
 
 class RunInterrupted(KeyboardInterrupt):

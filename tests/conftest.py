@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pandas as pd
 import pytest
 
-from semframe.backends import register_backend, reset_backends
+from semframe.backends import BACKENDS, register_backend, reset_backends
 from semframe.backends.fake import FakeBackend
 from semframe.config import reset_settings
 from semframe.runtime.stats import reset_report
@@ -27,17 +27,23 @@ def _isolated_settings(
     reset_settings()
     reset_backends("fake")
     reset_report()
+    registry = dict(BACKENDS)  # a test that registers a backend must not leak it
     yield
     reset_settings()
+    if registry != BACKENDS:
+        BACKENDS.clear()
+        BACKENDS.update(registry)
+        reset_backends()
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeBackend]:
     """A fresh fake backend registered as backend='fake' for this test."""
     backend = FakeBackend()
+    previous = BACKENDS["fake"]
     register_backend("fake", lambda model, settings: backend)
     yield backend
-    register_backend("fake", "semframe.backends.fake:create")
+    register_backend("fake", previous)  # the whole spec: its default model too
 
 
 def prompt_fields(prompt: str) -> dict[str, str]:

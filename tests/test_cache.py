@@ -16,6 +16,7 @@ from semframe.cache.keys import request_key
 from semframe.cache.store import FILENAME, ResultCache
 from semframe.cli import main
 from semframe.errors import RunAborted
+from semframe.runtime.stats import RunStats
 from semframe.testing.emulator import Fault, ProviderEmulator
 
 KEY = "sk-test-cache-secret-0123456789"
@@ -52,7 +53,8 @@ def test_rerun_is_served_from_cache_byte_for_byte(fake: FakeBackend) -> None:
     stats = semframe.last_run()
     assert stats is not None
     assert (stats.cache_hits, stats.requests, stats.prompt_tokens) == (12, 0, 0)
-    assert "12 from the result cache" in repr(stats)
+    assert "all 12 answers came from the result cache" in repr(stats)
+    assert "nothing was sent" in repr(stats) and "cache=False" in repr(stats)
     assert pickle.dumps(first) == pickle.dumps(second)
     # filter with a schema, and extract, too
     liked = df.llm.filter("Is {review} great?")
@@ -420,3 +422,18 @@ def test_batch_resume_keeps_cached_rows_and_waits_for_recorded_batches(tmp_path:
     assert [o.raw for o in outcomes] == [f"answer {i}" for i in range(6)]
     # rows 1 and 4: their failed attempt of the first round (replayed) and their answer
     assert (stats.cache_hits, stats.requests, stats.retries, stats.prompt_tokens) == (4, 4, 2, 100)
+
+
+def test_summary_of_a_run_the_cache_answered_whole() -> None:
+    def stats(rows: int, requests: int, hits: int) -> str:
+        return repr(
+            RunStats("map", "openai", "gpt-4.1-mini", "ggr", rows, requests, 0, 0, 0, 0, 0, 0,
+                     0.0, 1, 0.0, cache_hits=hits, cache_saved_dollars=0.0012)
+        )  # fmt: skip
+
+    one = stats(1, 0, 1)
+    assert "the answer came from the result cache" in one and "saving $0.0012" in one
+    assert "`semframe cache clear`" in one
+    partly = stats(12, 7, 5)  # some sent: the figures, and how many the cache gave
+    assert "12 rows, 7 requests" in partly and "; 5 from the result cache" in partly
+    assert "nothing was sent" not in partly

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semframe.cost.cachesim import (
+    Block,
     BreakpointCacheSim,
     BreakpointRules,
-    Block,
     CacheRuleError,
     OpenAICacheSim,
     OpenAIRules,

@@ -39,3 +39,25 @@ def test_example_runs_on_the_fake_backend(
 
 def test_every_example_is_exercised() -> None:
     assert {p.name for p in EXAMPLES.glob("*.py")} == {script for script, _ in CASES}
+
+
+def test_demo_rerun_says_its_answers_came_from_the_result_cache(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def demo(*flags: str) -> str:
+        monkeypatch.setattr(sys, "argv", ["movies.py", "--backend", "fake", *flags])
+        runpy.run_path(str(EXAMPLES / "movies.py"), run_name="__main__")
+        return capsys.readouterr().out
+
+    first = demo()
+    assert "result cache" not in first
+    again = demo()
+    assert "answers came from the result cache (stored by an earlier run); nothing was sent" in (
+        again
+    )
+    assert "reorder=ggr" not in again  # no row of zeros
+    assert "SEMFRAME_CACHE=false make demo" in again
+    assert "python examples/movies.py --no-cache" in again
+    fresh = demo("--no-cache")
+    assert "result cache" not in fresh
+    assert "RunStats(filter on fake/fake-model, reorder=ggr: " in fresh

@@ -225,7 +225,7 @@ def test_map_where_some_rows_failed_keeps_the_message(fake: FakeBackend) -> None
         QA.llm.map("Explain {answer}", backend="fake", reorder="none", cache=False)
     message = str(info.value)
     assert message.startswith(
-        "1 row(s) failed; the other rows succeeded and are in `.result` of this exception "
+        "1 row failed; the other rows succeeded and are in `.result` of this exception "
         "(or pass errors='keep' to get them with an error column)."
     )
     assert info.value.result["llm_output"].tolist() == [None, "fake: 7"]
@@ -244,8 +244,8 @@ def _errors(n: int) -> list[RowError]:
 
 def test_row_errors_messages_directly() -> None:
     some = RowErrors(_errors(2), None, total=3)
-    assert str(some).startswith("2 row(s) failed; the other rows succeeded and are in `.result`")
-    assert "row 1 (label 'r1'): parse error after 2 attempt(s): bad" in str(some)
+    assert str(some).startswith("2 rows failed; the other rows succeeded and are in `.result`")
+    assert "row 1 (label 'r1'): parse error after 2 attempts: bad" in str(some)
     every = RowErrors(_errors(3), None, total=3)
     assert str(every).startswith("all 3 rows failed; nothing succeeded")
     assert "the other rows succeeded" not in str(every)
@@ -260,7 +260,7 @@ def test_row_errors_messages_directly() -> None:
 def test_row_errors_without_a_total_keep_the_old_message() -> None:
     unknown = RowErrors(_errors(2), None)
     assert unknown.total is None
-    assert str(unknown).startswith("2 row(s) failed; the other rows succeeded")
+    assert str(unknown).startswith("2 rows failed; the other rows succeeded")
 
 
 def test_unknown_column_of_a_wide_frame_lists_some_columns(fake: FakeBackend) -> None:

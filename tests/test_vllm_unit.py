@@ -311,10 +311,11 @@ class FakeVllm(FakeBackend):
 
 
 def test_estimate_on_vllm_uses_the_calibrated_engine(tmp_path: Any) -> None:
-    from semframe.backends import register_backend
+    from semframe.backends import BACKENDS, register_backend
     from semframe.serving.sched.cost import Calibration, InferMaxCost, RelServeCost
     from semframe.serving.vllm.timing import EngineModel, store_engine_model
 
+    previous = BACKENDS["vllm"]
     register_backend("vllm", lambda model, settings: FakeVllm())
     try:
         info = " ".join(f"fact{i}" for i in range(120))
@@ -341,4 +342,4 @@ def test_estimate_on_vllm_uses_the_calibrated_engine(tmp_path: Any) -> None:
         none = df.llm.estimate(template, backend="vllm", cache_dir=str(tmp_path), reorder="none")
         assert none.planned.cached_tokens <= est.planned.cached_tokens
     finally:
-        register_backend("vllm", "semframe.backends.vllm:create")
+        register_backend("vllm", previous)

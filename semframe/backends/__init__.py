@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from semframe.backends.base import Backend, Capabilities
-from semframe.config import SETTINGS
+from semframe.backends.providers import route
+from semframe.config import SETTINGS, ResolvedConfig
 from semframe.core.wire import Completion, Request, Usage
 from semframe.cost.models import CostModel
 from semframe.errors import ConfigError, MissingDependencyError, did_you_mean, format_choices
@@ -37,6 +38,8 @@ __all__ = [
     "Request",
     "Usage",
     "cost_model",
+    "default_model",
+    "describe",
     "get_backend",
     "register_backend",
     "reset_backends",
@@ -44,6 +47,9 @@ __all__ = [
 
 Factory = Callable[[str | None, Mapping[str, Any]], Any]
 """``(model, settings) -> backend`` (or cost model): model ``None`` means the default."""
+
+ModelRule = Callable[[Mapping[str, Any]], str | None]
+"""``settings -> model``: the model a backend runs when ``model`` is not set."""
 
 
 @dataclass(frozen=True)
@@ -63,12 +69,23 @@ class BackendSpec:
     cost : str or callable or None
         ``(model, settings) -> CostModel`` for pricing without building the
         backend (an API without its key); ``None`` when the backend must be built.
+    model : str or callable or None
+        The model it runs when ``model`` is not set, read without building
+        it (``semframe.config()`` shows it): the ``"module:NAME"`` path of the
+        constant the factory falls back on, or ``settings -> model``; ``None``:
+        not known before the backend is built.
     """
 
     factory: str | Factory
     settings: tuple[str, ...] = ()
     secrets: tuple[str, ...] = ()
     cost: str | Factory | None = None
+    model: str | ModelRule | None = None
+
+
+def _vllm_model(settings: Mapping[str, Any]) -> str | None:
+    """In process, its default model; a server at ``base_url`` has none (``model=`` names it)."""
+    return None if settings["base_url"] else _named("semframe.backends.vllm:DEFAULT_MODEL")
 
 
 _API = ("client", "base_url", "timeout", "connect_timeout", "max_concurrency", "prices")
@@ -82,31 +99,38 @@ BACKENDS: dict[str, BackendSpec] = {
             "local_cache_ram_mib",
             "cache_dir",
         ),
+        model="semframe.backends.local:DEFAULT_MODEL",
     ),
     "openai": BackendSpec(
         "semframe.backends.openai:create",
         settings=(*_API, "context_window", "cache_directives", "cache_retention"),
         secrets=("OPENAI_API_KEY",),
         cost="semframe.backends.openai:cost_model",
+        model="semframe.backends.openai:DEFAULT_MODEL",
     ),
     "anthropic": BackendSpec(
         "semframe.backends.anthropic:create",
         settings=(*_API, "cache_ttl", "cache_directives"),
         secrets=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
         cost="semframe.backends.anthropic:cost_model",
+        model="semframe.backends.anthropic:DEFAULT_MODEL",
     ),
     "gemini": BackendSpec(
         "semframe.backends.gemini:create",
         settings=(*_API, "cache_ttl", "cache_directives"),
         secrets=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         cost="semframe.backends.gemini:cost_model",
+        model="semframe.backends.gemini:DEFAULT_MODEL",
     ),
     "vllm": BackendSpec(
         "semframe.backends.vllm:create",
         settings=(*_API, "context_window", "vllm_scheduler", "vllm_args", "cache_dir"),
         secrets=("OPENAI_API_KEY",),
+        model=_vllm_model,
     ),
-    "fake": BackendSpec("semframe.backends.fake:create"),
+    "fake": BackendSpec(
+        "semframe.backends.fake:create", model="semframe.backends.fake:DEFAULT_MODEL"
+    ),
 }
 """Backend name -> how to build it."""
 
@@ -121,6 +145,7 @@ def register_backend(
     settings: tuple[str, ...] = (),
     secrets: tuple[str, ...] = (),
     cost: str | Factory | None = None,
+    model: str | ModelRule | None = None,
 ) -> None:
     """Register (or replace) the backend called ``name``; its instances are rebuilt.
 
@@ -131,7 +156,7 @@ def register_backend(
     factory : str, callable or BackendSpec
         ``(model, settings) -> Backend``, or its ``"module:function"`` path; or
         a whole spec (one saved from :data:`BACKENDS`, say).
-    settings, secrets, cost
+    settings, secrets, cost, model
         As for :class:`BackendSpec` (with a factory).
 
     Examples
@@ -145,7 +170,7 @@ def register_backend(
     spec = (
         factory
         if isinstance(factory, BackendSpec)
-        else BackendSpec(factory, settings, secrets, cost)
+        else BackendSpec(factory, settings, secrets, cost, model)
     )
     with _lock:
         BACKENDS[name] = spec
@@ -173,10 +198,10 @@ def reset_backends(name: str | None = None) -> None:
 def _spec(name: str) -> BackendSpec:
     spec = BACKENDS.get(name)
     if spec is None:
-        msg = (
-            f"unknown backend {name!r}.{did_you_mean(name, BACKENDS)} "
-            f"Valid backends: {format_choices(BACKENDS)}."
-        )
+        # A provider reached through backend="openai" gets its route, not a near-miss name.
+        provider = route(name)
+        hint = f" {provider}" if provider is not None else did_you_mean(name, BACKENDS)
+        msg = f"unknown backend {name!r}.{hint} Valid backends: {format_choices(BACKENDS)}."
         raise ConfigError(msg)
     return spec
 
@@ -184,9 +209,14 @@ def _spec(name: str) -> BackendSpec:
 def _load(target: str | Factory) -> Factory:
     if callable(target):
         return target
-    module, _, attr = target.partition(":")
-    loaded: Factory = getattr(importlib.import_module(module), attr)
+    loaded: Factory = _named(target)
     return loaded
+
+
+def _named(path: str) -> Any:
+    """The object at ``"module:NAME"`` (its module imported once)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _complete(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -217,8 +247,10 @@ def get_backend(name: str, *, model: str | None, settings: Mapping[str, Any]) ->
     Raises
     ------
     ConfigError
-        For an unknown name, listing the valid ones (or the backend's own
-        configuration error, e.g. a missing API key).
+        For an unknown name, listing the valid ones; for a provider reached
+        through another backend (``"ollama"``), how to reach it
+        (:mod:`semframe.backends.providers`). Or the backend's own
+        configuration error, e.g. a missing API key.
 
     Examples
     --------
@@ -260,3 +292,50 @@ def cost_model(name: str, *, model: str | None, settings: Mapping[str, Any]) -> 
             raise
     built: CostModel = _load(spec.cost)(model, _complete(settings))
     return built
+
+
+def default_model(name: str, settings: Mapping[str, Any]) -> str | None:
+    """The model backend ``name`` runs when ``model`` is not set; nothing is built.
+
+    ``None`` where it has none (a vLLM server needs ``model=``) or does not say
+    (a backend registered without ``model``).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown name, as :func:`get_backend`.
+
+    Examples
+    --------
+    >>> default_model("openai", {})
+    'gpt-4.1-mini'
+    >>> default_model("vllm", {"base_url": "http://127.0.0.1:8000/v1"}) is None
+    True
+    """
+    rule = _spec(name).model
+    if rule is None:
+        return None
+    found = _named(rule) if isinstance(rule, str) else rule(_complete(settings))
+    return None if found is None else str(found)
+
+
+def describe(settings: ResolvedConfig) -> ResolvedConfig:
+    """``settings`` with the model a run would use named, where ``model`` is not set.
+
+    What ``semframe.config()`` shows: the settings layer resolves values, the
+    backend knows its default model. An unknown backend name is left as it is
+    (a call with it fails, naming the valid ones).
+
+    Examples
+    --------
+    >>> from semframe.config import config
+    >>> describe(config(backend="anthropic")).effective["model"]
+    'claude-haiku-4-5'
+    """
+    name = settings["backend"]
+    if settings["model"] is not None or name not in BACKENDS:
+        return settings
+    model = default_model(name, settings)
+    if model is None:
+        return settings
+    return settings.explain("model", model, f"the {name!r} backend's model")

@@ -21,6 +21,8 @@ from semframe.core.wire import Completion, Request, TokenLogprob, Usage
 from semframe.cost.models import SlotCost
 from semframe.errors import TransientError
 
+DEFAULT_MODEL = "fake-model"
+
 _POSITIVE = re.compile(
     r"\b(good|great|love[ds]?|best|excellent|wonderful|brilliant|delight\w*|yes|fun|"
     r"masterpiece|superb|enjoy\w*|positive)\b",
@@ -143,7 +145,7 @@ class FakeBackend:
         self,
         responder: Callable[[Request], str] | None = None,
         *,
-        model: str = "fake-model",
+        model: str = DEFAULT_MODEL,
         max_concurrency: int = 1,
         context_window: int = 32768,
         json_schema: bool = True,
@@ -265,4 +267,4 @@ def create(model: str | None, settings: Mapping[str, Any]) -> FakeBackend:
     Sharing keeps ``history`` across calls, so a test or a demo can inspect what
     an operator sent.
     """
-    return FakeBackend(model=model or "fake-model")
+    return FakeBackend(model=model or DEFAULT_MODEL)

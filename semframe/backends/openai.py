@@ -172,6 +172,8 @@ class OpenAIBackend(ApiBackend):
         self.cost = openai_cost(
             model, prices, concurrency=max_concurrency, directives=directives, retention=retention
         )
+        # What the request bodies follow (a subclass may bill with another cost model).
+        self._rules: OpenAICost = self.cost
         self._compatible = base_url is not None or bool(os.environ.get("OPENAI_BASE_URL"))
         if client is None:
             key = os.environ.get("OPENAI_API_KEY")
@@ -268,7 +270,7 @@ class OpenAIBackend(ApiBackend):
             "messages": messages,
             "temperature": request.temperature,
         }
-        cost = self.cost
+        cost = self._rules
         if cost.directives:
             body["prompt_cache_key"] = self.routing_key(request)
             if cost.by_breakpoints:
@@ -299,7 +301,7 @@ class OpenAIBackend(ApiBackend):
         """Send one request; raise semframe's error types on failure."""
         body = self.body(request)
         # Newer parameters travel as extra_body so that older SDKs send them too.
-        extra = {k: body.pop(k) for k in _EXTRA_BODY if k in body}
+        extra = {k: body.pop(k) for k in _EXTRA_BODY if k in body} | body.pop("extra_body", {})
         response, limits = await self._call_raw(
             self._client.chat.completions.with_raw_response.create,
             **body,
@@ -404,7 +406,7 @@ def _parts(request: Request, cost: OpenAICost) -> list[dict[str, Any]]:
     Examples
     --------
     >>> from semframe.cost.models import openai_cost
-    >>> r = Request(0, 0, "Instructions. Row 1", prefix=((13, 50),))
+    >>> r = Request(0, 0, "Instructions. Row 1", None, 8, 0.0, None, 0, prefix=((13, 50),))
     >>> _parts(r, openai_cost("gpt-4o-mini", None, concurrency=1))
     [{'type': 'text', 'text': 'Instructions. Row 1'}]
     """

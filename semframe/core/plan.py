@@ -17,15 +17,17 @@ import unicodedata
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 from semframe._version import __version__
+from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.parse import OutputSpec
 from semframe.core.table import MISSING, Table, render_value
 from semframe.core.template import Template
 from semframe.core.wire import Request
-from semframe.errors import InputError
+from semframe.errors import InputError, plural
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,32 @@ class Plan:
         """Values aligned with ``requests`` -> values in the caller's row order."""
         return self.ordering.restore(values)
 
+    def _summary(self) -> list[tuple[str, str]]:
+        """The plan in a few (what, value) lines: what :meth:`explain` and the table show."""
+        rq = self.relquery
+        sizes = [len(g) for g in self.groups]
+        groups = f"{len(self.groups):,}" + (
+            f" (largest {max(sizes):,}, mean {sum(sizes) / len(sizes):.1f})" if sizes else ""
+        )
+        return [
+            ("reorder", self.reorder),
+            ("prefix groups", groups),
+            ("prompt characters", f"{self.prompt_chars:,}"),
+            ("expected prefix reuse (previous prompt)", f"{self.expected_hit_rate:.1%}"),
+            (
+                "output",
+                f"{rq.output.kind}, max_tokens={rq.max_tokens}, temperature={rq.temperature}",
+            ),
+        ]
+
+    def _title(self) -> str:
+        rq = self.relquery
+        return f"Plan: {rq.op} over {plural(len(self.requests), 'row')}, fields {list(rq.fields)}"
+
+    def _group_line(self, g: PrefixGroup, width: int = 30) -> str:
+        key = self.group_key(g)
+        return ", ".join(f"{c}={_short(v, width)!r}" for c, v in key) or "(none)"
+
     def explain(self, n: int = 3) -> str:
         """A readable account of what will be sent, and in which order.
 
@@ -285,15 +313,24 @@ class Plan:
         ----------
         n : int
             How many requests and groups to show in full.
+
+        Examples
+        --------
+        >>> from semframe.core.template import parse_template
+        >>> from semframe.core.parse import TEXT
+        >>> t = Table.from_columns({"movie": ["Alien"], "review": ["tense"]})
+        >>> rq = RelQuery("map", parse_template("Summarize {review} of {movie}."), t, TEXT)
+        >>> plan = make_plan(rq, Ordering.identity(1, ("movie", "review")), "none")
+        >>> print(plan.explain().splitlines()[0])
+        Plan: map over 1 row, fields ['review', 'movie']
         """
+        summary = dict(self._summary())
         rq = self.relquery
-        sizes = [len(g) for g in self.groups]
         lines = [
-            f"Plan: {rq.op} over {len(self.requests)} rows, fields {list(rq.fields)}",
-            f"  reorder: {self.reorder}; prefix groups: {len(self.groups)}"
-            + (f" (largest {max(sizes)}, mean {sum(sizes) / len(sizes):.1f})" if sizes else ""),
-            f"  prompt characters: {self.prompt_chars:,}; expected prefix reuse "
-            f"(previous prompt): {self.expected_hit_rate:.1%}",
+            self._title(),
+            f"  reorder: {self.reorder}; prefix groups: {summary['prefix groups']}",
+            f"  prompt characters: {summary['prompt characters']}; expected prefix reuse "
+            f"(previous prompt): {summary['expected prefix reuse (previous prompt)']}",
             f"  output: {rq.output.kind}, max_tokens={rq.max_tokens}, temperature={rq.temperature}",
             f"  row order (first {min(n * 4, len(self.requests))}): "
             f"{list(self.ordering.rows[: n * 4])}",
@@ -305,10 +342,9 @@ class Plan:
         )
         lines.append("  groups:")
         for g in self.groups[:n]:
-            key = ", ".join(f"{c}={_short(v, 30)!r}" for c, v in self.group_key(g)) or "(none)"
-            lines.append(f"    requests {g.start}-{g.stop - 1} ({len(g)}): {key}")
+            lines.append(f"    requests {g.start}-{g.stop - 1} ({len(g)}): {self._group_line(g)}")
         if len(self.groups) > n:
-            lines.append(f"    ... {len(self.groups) - n} more")
+            lines.append(f"    ... {plural(len(self.groups) - n, 'more group')}")
         lines.append("  shared instructions:")
         lines.extend("    | " + line for line in self.instructions.splitlines())
         for req in self.requests[:n]:
@@ -316,8 +352,99 @@ class Plan:
             body = req.prompt[len(self.instructions) :].strip("\n")
             lines.extend("    | " + _short(line, 100) for line in body.splitlines())
         if len(self.requests) > n:
-            lines.append(f"  ... {len(self.requests) - n} more requests")
+            lines.append(f"  ... {plural(len(self.requests) - n, 'more request')}")
         return "\n".join(lines)
+
+    def _repr_html_(self, n: int = 10) -> str:
+        """The plan as a notebook shows it: a summary, the first groups, the prompts."""
+        groups = [
+            (f"{g.start:,}-{g.stop - 1:,}", f"{len(g):,}", self._group_line(g, 60))
+            for g in self.groups[:n]
+        ]
+        more = len(self.groups) - len(groups)
+        first = self.requests[0].prompt[len(self.instructions) :].strip("\n") if self else ""
+        return (
+            f"<div><b>{escape(self._title())}</b>"
+            + html_table(self._summary())
+            + "<details><summary>prefix groups"
+            + (f" (first {len(groups):,} of {len(self.groups):,})" if more > 0 else "")
+            + "</summary>"
+            + html_table(
+                groups, head=("requests", "size", "shared fields (leading values)"), left=0
+            )
+            + "</details>"
+            + f"<details><summary>shared instructions</summary><pre>"
+            f"{escape(self.instructions)}</pre></details>"
+            + (
+                f"<details><summary>first request's fields</summary><pre>{escape(first)}"
+                "</pre></details>"
+                if self
+                else ""
+            )
+            + "</div>"
+        )
+
+    def plot(self, ax: Any = None) -> Any:
+        """Prefix groups in execution order: their sizes, and the prefix each one shares.
+
+        Bars: requests per group. Line (right axis): characters every request
+        of the group shares at its start (the instructions, and the group's
+        leading field values when it has more than one request), what a prefix
+        cache can serve to its followers.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes, optional
+            Where to draw (default: a new figure).
+
+        Returns
+        -------
+        matplotlib Axes
+            The axes of the group sizes; the shared-prefix line is on its twin,
+            the figure's last axes.
+
+        Raises
+        ------
+        MissingDependencyError
+            matplotlib is not installed (``pip install matplotlib``).
+
+        Examples
+        --------
+        >>> from semframe.core.template import parse_template
+        >>> from semframe.core.parse import TEXT
+        >>> t = Table.from_columns({"movie": ["Alien", "Alien", "Heat"], "review": ["a", "b", "c"]})
+        >>> rq = RelQuery("map", parse_template("Summarize {review} of {movie}."), t, TEXT)
+        >>> plan = make_plan(rq, Ordering.identity(3, ("movie", "review")), "none")
+        >>> ax = plan.plot()
+        >>> ax.get_title()
+        'map, reorder=none: 2 prefix groups over 3 requests'
+        >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
+        """
+        plt = pyplot("Plan.plot()")
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 3.5))
+        head = len(self.instructions) + 2 if self.requests else 0
+        sizes = [len(g) for g in self.groups]
+        shared = [  # a group of one shares only the instructions with the others
+            head + sum(len(f"{c}: {v}\n") for c, v in self.group_key(g)) * (len(g) > 1)
+            for g in self.groups
+        ]
+        edges = range(len(sizes) + 1)
+        ax.stairs(sizes, edges, fill=True, alpha=0.6, label="requests in the group")
+        ax.set_xlabel("prefix group (execution order)")
+        ax.set_ylabel("requests")
+        ax.set_title(
+            f"{self.relquery.op}, reorder={self.reorder}: "
+            f"{plural(len(self.groups), 'prefix group')} over {plural(len(self), 'request')}"
+        )
+        twin = ax.twinx()
+        twin.stairs(shared, edges, baseline=None, color="C1", label="shared prefix (characters)")
+        twin.set_ylabel("shared prefix (characters)")
+        twin.set_ylim(bottom=0)
+        lines = ax.get_legend_handles_labels()
+        more = twin.get_legend_handles_labels()
+        ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper right", fontsize="small")
+        return ax
 
     def __repr__(self) -> str:
         return (

@@ -46,13 +46,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
+from typing import Any
 
+from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, make_plan
 from semframe.cost.budget import Budget
 from semframe.cost.models import CacheFigures, CostModel, RunShape
 from semframe.cost.pricing import Cost, Price, cost
 from semframe.cost.simulate import Pieces, bounds, identity_bounds
+from semframe.errors import plural
 
 __all__ = ["Estimate", "Figures", "price_plan"]
 
@@ -214,6 +217,11 @@ class Estimate:
             return self.tokens > budget.tokens
         return (self.dollars or 0.0) > (budget.dollars or 0.0)
 
+    @property
+    def _bound(self) -> bool:
+        """Output priced at ``max_tokens`` (no probe): output, dollars and time are bounds."""
+        return self.output_source == "max_tokens"
+
     def _rows(self) -> list[tuple[str, str, str]]:
         def money(x: float | None) -> str:
             return "-" if x is None else f"${x:,.4f}"
@@ -223,6 +231,7 @@ class Estimate:
 
         p, o = self.planned, self.original
         approx = "" if self.exact_tokens else " (approx.)"
+        bound = " (max_tokens bound)" if self._bound else ""
         rows = [
             ("requests", f"{p.requests:,}", f"{o.requests:,}"),
             (f"input tokens{approx}", f"{p.input_tokens:,}", f"{o.input_tokens:,}"),
@@ -232,60 +241,158 @@ class Estimate:
                 f"{o.cached_tokens:,} ({o.cached_share:.1%})",
             ),
             ("  cache writes", f"{p.cache_write_tokens:,}", f"{o.cache_write_tokens:,}"),
-            (
-                f"output tokens ({self.output_source})",
-                f"{p.output_tokens:,}",
-                f"{o.output_tokens:,}",
-            ),
-            ("output tokens (max_tokens bound)", f"{p.output_tokens_max:,}", ""),
         ]
+        if self._bound:
+            rows.append(
+                ("output tokens (max_tokens bound)", f"{p.output_tokens:,}", f"{o.output_tokens:,}")
+            )
+        else:
+            rows += [
+                (
+                    f"output tokens ({self.output_source})",
+                    f"{p.output_tokens:,}",
+                    f"{o.output_tokens:,}",
+                ),
+                (
+                    "output tokens, max_tokens bound",
+                    f"{p.output_tokens_max:,}",
+                    f"{o.output_tokens_max:,}",
+                ),
+            ]
         if p.cost is not None and o.cost is not None:
             rows += [
                 ("$ uncached input", money(p.cost.uncached_input), money(o.cost.uncached_input)),
                 ("$ cached input", money(p.cost.cached_input), money(o.cost.cached_input)),
                 ("$ cache writes", money(p.cost.cache_writes), money(o.cost.cache_writes)),
-                ("$ output", money(p.cost.output), money(o.cost.output)),
-                ("$ total", money(p.dollars), money(o.dollars)),
-                ("$ total, max_tokens bound", money(p.cost_max), money(o.cost_max)),
+                (f"$ output{bound}", money(p.cost.output), money(o.cost.output)),
+                (f"$ total{bound}", money(p.dollars), money(o.dollars)),
             ]
-        rows.append(("wall time", secs(p.wall_seconds), secs(o.wall_seconds)))
+            if not self._bound:
+                rows.append(("$ total, max_tokens bound", money(p.cost_max), money(o.cost_max)))
+        timed = p.wall_seconds is not None or o.wall_seconds is not None
+        rows.append(
+            (f"wall time{bound if timed else ''}", secs(p.wall_seconds), secs(o.wall_seconds))
+        )
         return rows
 
     def _head(self) -> str:
         mode = ", batch prices" if self.batch else ""
-        return f"Estimate({self.op} on {self.backend}/{self.model}{mode}: {self.rows:,} rows)"
+        return (
+            f"Estimate({self.op} on {self.backend}/{self.model}{mode}: {plural(self.rows, 'row')})"
+        )
+
+    def _lines(self) -> list[str]:
+        """What the table does not say: the saving, bounds, the probe, the notes."""
+        lines = []
+        saved, before = self.savings, self.original.dollars
+        if saved is not None and before and self.reorder != "none":
+            if abs(saved) <= 1e-9 * before:  # the same figures, summed in another order
+                lines.append("reordering does not change the cost here")
+            elif saved > 0:
+                lines.append(
+                    f"reordering saves ${saved:,.4f} ({saved / before:.1%} of the original "
+                    "order's cost)"
+                )
+            elif saved < 0:
+                lines.append(
+                    f"the planned order costs ${-saved:,.4f} more than the original order "
+                    f"({-saved / before:.1%})"
+                )
+        if self._bound and self.planned.requests:
+            per = round(self.planned.output_tokens_max / self.planned.requests)
+            k = min(20, self.rows)
+            lines.append(
+                f"max_tokens bound: every answer taken as {plural(per, 'token')} long (the "
+                f"limit), an upper bound; probe={k} measures answer lengths on "
+                f"{plural(k, 'row')} first (it sends them)"
+            )
+        if self.probe_cost:
+            lines.append(f"the probe cost ${self.probe_cost:,.4f} (already spent)")
+        lines += [f"note: {n}" for n in self.notes]
+        return lines
 
     def __repr__(self) -> str:
         rows = self._rows()
+        planned = f"planned ({self.reorder})"
         w0 = max(len(r[0]) for r in rows)
-        w1 = max(len(r[1]) for r in [*rows, ("", f"planned ({self.reorder})", "")])
+        w1 = max(len(r[1]) for r in [*rows, ("", planned, "")])
         lines = [
             self._head(),
-            f"  {'':<{w0}}  {'planned (' + self.reorder + ')':>{w1}}  {'original order':>16}",
+            f"  {'':<{w0}}  {planned:>{w1}}  {'original order':>16}",
         ]
         lines += [f"  {a:<{w0}}  {b:>{w1}}  {c:>16}" for a, b, c in rows]
-        if self.savings is not None and self.original.dollars:
-            lines.append(
-                f"  reordering saves ${self.savings:,.4f} "
-                f"({self.savings / self.original.dollars:.1%} of the original order's cost)"
-            )
-        if self.probe_cost:
-            lines.append(f"  the probe cost ${self.probe_cost:,.4f} (already spent)")
-        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  {line}" for line in self._lines()]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        body = "".join(
-            f"<tr><td style='text-align:left'>{escape(a)}</td><td>{escape(b)}</td>"
-            f"<td>{escape(c)}</td></tr>"
-            for a, b, c in self._rows()
-        )
-        notes = "".join(f"<li>{escape(n)}</li>" for n in self.notes)
+        table = html_table(self._rows(), head=("", f"planned ({self.reorder})", "original order"))
+        notes = "".join(f"<li>{escape(line)}</li>" for line in self._lines())
         return (
-            f"<div><b>{escape(self._head())}</b><table><thead><tr><th></th>"
-            f"<th>planned ({escape(self.reorder)})</th><th>original order</th></tr></thead>"
-            f"<tbody>{body}</tbody></table>" + (f"<ul>{notes}</ul>" if notes else "") + "</div>"
+            f"<div><b>{escape(self._head())}</b>{table}"
+            + (f"<ul>{notes}</ul>" if notes else "")
+            + "</div>"
         )
+
+    def plot(self, ax: Any = None) -> Any:
+        """The planned order against the original one, stacked by cost component.
+
+        Dollars by component (uncached input, cached input, cache writes,
+        output) where the model has a price; tokens by the same components
+        where it has none (local engines). The output part is the
+        ``max_tokens`` bound unless a probe measured it (the legend says which).
+
+        Parameters
+        ----------
+        ax : matplotlib Axes, optional
+            Where to draw (default: a new figure).
+
+        Returns
+        -------
+        matplotlib Axes
+
+        Raises
+        ------
+        MissingDependencyError
+            matplotlib is not installed (``pip install matplotlib``).
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"movie": ["Alien", "Alien", "Heat"], "review": ["a", "b", "c"]})
+        >>> est = df.llm.estimate("Is {review} of {movie} good?", op="filter", backend="fake")
+        >>> ax = est.plot()
+        >>> ax.get_xlabel(), [t.get_text() for t in ax.get_yticklabels()]
+        ('tokens', ['original order', 'planned (ggr)'])
+        >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
+        """
+        plt = pyplot("Estimate.plot()")
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 2.6))
+        orders = [self.original, self.planned]
+        labels = ["original order", f"planned ({self.reorder})"]
+        if self.reorder == "none":
+            orders, labels = orders[1:], labels[1:]
+        out = "output" + (" (max_tokens bound)" if self._bound else f" ({self.output_source})")
+        names = ["uncached input", "cached input", "cache writes", out]
+        priced = all(f.cost is not None for f in orders)
+        parts: list[list[float]] = []
+        for f in orders:
+            if f.cost is not None and priced:
+                c = f.cost
+                parts.append([c.uncached_input, c.cached_input, c.cache_writes, c.output])
+            else:
+                parts.append(
+                    [f.uncached_tokens, f.cached_tokens, f.cache_write_tokens, f.output_tokens]
+                )
+        left = [0.0] * len(orders)
+        for k, name in enumerate(names):
+            widths = [p[k] for p in parts]
+            ax.barh(labels, widths, left=left, label=name, color=f"C{k}")
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        ax.set_xlabel("dollars" if priced else "tokens")
+        ax.set_title(self._head())
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.12), ncol=4, fontsize="small")
+        return ax
 
 
 def _figures(plan: Plan, model: CostModel, s: CacheFigures, shape: RunShape) -> Figures:

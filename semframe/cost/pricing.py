@@ -447,6 +447,8 @@ def _seeded(model: str) -> Price | None:
     raw.pop("flex_discount", None)  # the flex tier is not priced by semframe
     if raw["provider"] == "openai" and "cache_write" in raw:
         raw.update(caching="breakpoints", cache_step_tokens=1, retention=[])
-    raw["source"] = f"{raw.get('source', 'genai-prices')} (https://github.com/pydantic/genai-prices)"
+    raw["source"] = (
+        f"{raw.get('source', 'genai-prices')} (https://github.com/pydantic/genai-prices)"
+    )
     defaults, _ = _table()
     return _make(model, raw, defaults)

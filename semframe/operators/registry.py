@@ -39,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from semframe.backends import get_backend
+from semframe.config import SETTINGS, config
 from semframe.core.frames import Frame, Output
 from semframe.cost.budget import Budget, parse_budget
 from semframe.cost.estimate import Estimate
@@ -214,6 +216,17 @@ def _resolve(name: str, kwargs: dict[str, Any], *, budget: bool) -> Operator:
     return CascadeOperator(op)
 
 
+def _backend(kwargs: dict[str, Any]) -> None:
+    """Build the backend the call's settings name; raises its error (a missing API key...).
+
+    A budgeted run checks this before its estimate: an API without its key is
+    still priced, so the budget's verdict would otherwise hide the error that
+    the run itself would meet first.
+    """
+    cfg = config(**{k: v for k, v in kwargs.items() if k in SETTINGS})
+    get_backend(cfg["backend"], model=cfg["model"], settings=cfg)
+
+
 def invoke(name: str, frame: Any, template: str, **kwargs: Any) -> Any:
     """Run operator ``name`` on ``frame``: the implementation of every ``df.llm.<op>``.
 
@@ -228,6 +241,8 @@ def invoke(name: str, frame: Any, template: str, **kwargs: Any) -> Any:
     edge = Frame.of(frame)
     compiled = op.compile(edge, template, **kwargs)
     est = None
+    if options.budget is not None and not options.dry_run:
+        _backend(kwargs)  # a missing key or SDK first: the estimate is priced without one
     if options.dry_run or options.budget is not None:
         est = op.estimate(compiled, probe=options.probe)
     if options.dry_run:

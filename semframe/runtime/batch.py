@@ -138,7 +138,12 @@ def run_batch(
     keep = None
     if cache is not None:
         keep = serve_from_cache(plan, backend, cache, outcomes, totals, keys=cache_keys)
-    bar = Progress(n, f"{plan.relquery.op} on {backend.name} (batch)", mode=progress)
+    bar = Progress(
+        n,
+        f"{plan.relquery.op} on {backend.name} (batch)",
+        mode=progress,
+        dollars=lambda: backend.cost.bill(totals.charged(), batch=True),
+    )
 
     def fold(results: dict[int, BatchResult], sent: Sequence[int]) -> None:
         for rid in sent:

@@ -21,7 +21,7 @@ from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, make_plan
 from semframe.cost.estimate import Estimate, price_plan
 from semframe.cost.models import CostModel, LatencyModel, RunShape, warm_start
-from semframe.errors import ConfigError, InputError, MissingDependencyError
+from semframe.errors import ConfigError, InputError, MissingDependencyError, plural
 from semframe.runtime.call import uncached_part
 from semframe.runtime.execute import execute
 
@@ -117,7 +117,7 @@ def estimate_plan(
             )
             raise ConfigError(msg)
         out_mean, probe_cost, k = probe_output(plan, backend, probe, workers=workers)
-        source = f"probe of {k} rows"
+        source = f"probe of {plural(k, 'row')}"
     shape = RunShape(
         workers=workers,
         batch=bool(settings["batch"]),
@@ -145,7 +145,8 @@ def estimate_call(plan: Plan, settings: Mapping[str, Any], *, op: str, probe: in
     left, cached = uncached_part(plan, settings)
     notes = (
         (
-            f"{cached:,} of {n:,} rows are answered by the result cache and not counted "
+            f"{cached:,} of {plural(n, 'row')} {'is' if cached == 1 else 'are'} answered by "
+            "the result cache and not counted "
             "(they cost nothing; cache=False estimates every row)",
         )
         if cached
@@ -169,5 +170,8 @@ def estimate_first_round(
         op=op,
         probe=probe,
         scale=total / n if n else 1.0,
-        notes=(f"first relQuery ({n:,} requests) simulated; {what}: {total:,} requests",),
+        notes=(
+            f"first relQuery ({plural(n, 'request')}) simulated; {what}: "
+            f"{plural(total, 'request')}",
+        ),
     )

@@ -380,7 +380,13 @@ def execute(
     bar = None
     if progress != "off":
         label = f"{plan.relquery.op} on {backend.name}"
-        bar = Progress(n, label, mode=progress, waiting=in_flight.waiting)
+        bar = Progress(
+            n,
+            label,
+            mode=progress,
+            waiting=in_flight.waiting,
+            dollars=lambda: backend.cost.bill(totals.charged()),
+        )
         if not bar.enabled:
             bar = None
         elif totals.cache_hits:

@@ -15,7 +15,7 @@ from semframe.backends.base import Backend
 from semframe.core.wire import Outcome, Usage
 from semframe.cost.budget import Budget
 from semframe.cost.estimate import Estimate
-from semframe.errors import BudgetExceeded
+from semframe.errors import BudgetExceeded, plural
 from semframe.runtime.execute import StopWhen
 from semframe.runtime.stats import RunStats
 
@@ -38,10 +38,10 @@ def check_estimate(estimate: Estimate, budget: Budget) -> None:
         else f"${estimate.dollars or 0.0:,.4f}"
     )
     msg = (
-        f"the estimate of this {estimate.op} ({expected}, {estimate.requests:,} requests on "
-        f"{estimate.backend}/{estimate.model}) is over budget={budget.describe()}; nothing "
-        "was sent. Raise the budget, or see `.estimate` (df.llm.estimate(...)) for where "
-        "the cost comes from."
+        f"the estimate of this {estimate.op} ({expected}, "
+        f"{plural(estimate.requests, 'request')} on {estimate.backend}/{estimate.model}) is "
+        f"over budget={budget.describe()}; nothing was sent. Raise the budget, or see "
+        "`.estimate` (df.llm.estimate(...)) for where the cost comes from."
     )
     raise BudgetExceeded(msg, estimate=estimate, budget=budget, spent=0)
 
@@ -108,7 +108,8 @@ class BudgetGuard:
         unsent = sum(1 for o in outcomes if o is None)
         msg = (
             f"budget {self.budget.describe()} reached: stopped after spending {shown}; "
-            f"{unsent} request(s) of the last relQuery were not sent. The answers paid for "
+            f"{plural(unsent, 'request')} of the last relQuery {'was' if unsent == 1 else 'were'} "
+            "not sent. The answers paid for "
             "are in `.result` of this exception (rows not sent have no value)."
         )
         exc = BudgetExceeded(

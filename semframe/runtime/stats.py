@@ -14,6 +14,10 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from html import escape
+
+from semframe.core.display import html_table
+from semframe.errors import plural
 
 __all__ = [
     "OpStats",
@@ -82,26 +86,41 @@ class RunStats:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def __repr__(self) -> str:
+        if self.cache_hits and self.cache_hits == self.rows and not self.requests:
+            # Zeros everywhere would hide what happened: say it, and how to run afresh.
+            answers = "the answer" if self.rows == 1 else f"all {self.rows:,} answers"
+            return (
+                f"RunStats({self.op} on {self.backend}/{self.model}: {answers} came from the "
+                "result cache (stored by an earlier run); nothing was sent"
+                + (
+                    f", saving ${self.cache_saved_dollars:.4f}"
+                    if self.cache_saved_dollars is not None
+                    else ""
+                )
+                + ". To run it afresh: cache=False (or SEMFRAME_CACHE=false), or delete the "
+                "stored answers with `semframe cache clear`)"
+            )
         return (
             f"RunStats({self.op} on {self.backend}/{self.model}, reorder={self.reorder}: "
-            f"{self.rows} rows, {self.requests} requests, {self.errors} errors, "
-            f"{self.retries} retries; prompt {self.prompt_tokens:,} tok, cached "
+            f"{plural(self.rows, 'row')}, {plural(self.requests, 'request')}, "
+            f"{plural(self.errors, 'error')}, {plural(self.retries, 'retry', 'retries')}; "
+            f"prompt {self.prompt_tokens:,} tok, cached "
             f"{self.cached_tokens:,} ({self.cached_share:.1%}), output {self.output_tokens:,} "
-            f"tok; {self.wall_seconds:.2f} s with {self.workers} worker(s)"
+            f"tok; {self.wall_seconds:.2f} s with {plural(self.workers, 'worker')}"
             + (f"; ${self.dollars:.4f}" if self.dollars is not None else "")
             + (
-                f" (with {self.unconfirmed} answer(s) lost after being sent, charged "
+                f" (with {plural(self.unconfirmed, 'answer')} lost after being sent, charged "
                 f"{self.unconfirmed_tokens:,} tok unconfirmed)"
                 if self.unconfirmed
                 else ""
             )
             + (
-                f"; {self.rate_limited} rate-limited (429), paced {self.paced_seconds:.1f} s"
+                f"; {self.rate_limited:,} rate-limited (429), paced {self.paced_seconds:.1f} s"
                 if self.rate_limited
                 else ""
             )
             + (" (batch)" if self.batch else "")
-            + (f"; {self.cache_hits} from the result cache" if self.cache_hits else "")
+            + (f"; {self.cache_hits:,} from the result cache" if self.cache_hits else "")
             + (
                 f" (saved ${self.cache_saved_dollars:.4f})"
                 if self.cache_hits and self.cache_saved_dollars is not None
@@ -109,6 +128,56 @@ class RunStats:
             )
             + ")"
         )
+
+    def _table(self) -> list[tuple[str, str]]:
+        """The figures as (what, value) lines; those that are zero and say nothing left out."""
+        rows = [
+            ("rows", f"{self.rows:,}"),
+            (
+                "requests sent",
+                f"{self.requests:,}"
+                + (f" ({plural(self.retries, 'retry', 'retries')})" if self.retries else ""),
+            ),
+            ("errors", f"{self.errors:,}"),
+            ("prompt tokens", f"{self.prompt_tokens:,}"),
+            ("  cached", f"{self.cached_tokens:,} ({self.cached_share:.1%})"),
+        ]
+        if self.cache_write_tokens:
+            rows.append(("  cache writes", f"{self.cache_write_tokens:,}"))
+        rows += [
+            ("output tokens", f"{self.output_tokens:,}"),
+            ("wall time", f"{self.wall_seconds:,.2f} s with {plural(self.workers, 'worker')}"),
+        ]
+        if self.dollars is not None:
+            where = "dollars (batch prices)" if self.batch else "dollars"
+            rows.append((where, _money(self.dollars)))
+        if self.unconfirmed:
+            lost = f"{self.unconfirmed:,}, charged {self.unconfirmed_tokens:,} tok"
+            if self.unconfirmed_dollars is not None:
+                lost += f" ({_money(self.unconfirmed_dollars)})"
+            rows.append(("answers lost after being sent", lost))
+        if self.rate_limited:
+            rows.append(
+                ("rate-limited (429)", f"{self.rate_limited:,}, paced {self.paced_seconds:.1f} s")
+            )
+        if self.cache_hits:
+            saved = self.cache_saved_dollars
+            rows.append(
+                (
+                    "from the result cache",
+                    f"{self.cache_hits:,}" + ("" if saved is None else f" (saved {_money(saved)})"),
+                )
+            )
+        rows.append(("expected prefix reuse (plan)", f"{self.expected_hit_rate:.1%}"))
+        return rows
+
+    def _repr_html_(self) -> str:
+        head = f"RunStats: {self.op} on {self.backend}/{self.model}, reorder={self.reorder}"
+        return f"<div><b>{escape(head)}</b>{html_table(self._table())}</div>"
+
+
+def _money(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.4f}"
 
 
 @dataclass(frozen=True)
@@ -162,9 +231,34 @@ class OpStats:
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v:,}" for k, v in self.counts.items())
         return (
-            f"OpStats({self.op}: {self.relqueries} relQuery(s), {self.llm_calls:,} LLM calls, "
+            f"OpStats({self.op}: {plural(self.relqueries, 'relQuery', 'relQueries')}, "
+            f"{plural(self.llm_calls, 'LLM call')}, "
             f"prompt {self.prompt_tokens:,} tok, cached {self.cached_tokens:,}{extra})"
         )
+
+    def _repr_html_(self) -> str:
+        counts = "".join(f"; {k}={v:,}" for k, v in self.counts.items())
+        head = (
+            f"OpStats: {self.op}, {plural(self.relqueries, 'relQuery', 'relQueries')}, "
+            f"{plural(self.llm_calls, 'LLM call')}{counts}"
+        )
+        rows = [
+            (
+                str(i),
+                f"{r.rows:,}",
+                f"{r.requests:,}",
+                f"{r.errors:,}",
+                f"{r.prompt_tokens:,}",
+                f"{r.cached_tokens:,} ({r.cached_share:.1%})",
+                f"{r.output_tokens:,}",
+                f"{r.wall_seconds:,.2f} s",
+                _money(r.dollars),
+            )
+            for i, r in enumerate(self.runs)
+        ]
+        names = ("relQuery", "rows", "requests", "errors", "prompt tok", "cached", "output tok")
+        table = html_table(rows, head=(*names, "wall", "dollars"), left=0)
+        return f"<div><b>{escape(head)}</b>{table}</div>"
 
 
 @dataclass
