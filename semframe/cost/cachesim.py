@@ -84,6 +84,7 @@ from typing import Literal
 from semframe.errors import InputError
 
 __all__ = [
+    "LONG_TTLS",
     "Block",
     "BreakpointCacheSim",
     "BreakpointResult",
@@ -104,7 +105,7 @@ __all__ = [
 
 TTL = Literal["5m", "30m", "1h", "12h"]
 _TTL_SECONDS: dict[str, float] = {"5m": 300.0, "30m": 1800.0, "1h": 3600.0, "12h": 43200.0}
-_LONG_TTLS = ("1h", "12h")
+LONG_TTLS = ("1h", "12h")
 """TTLs whose writes count as ``ephemeral_1h_input_tokens`` (the others as the 5-minute kind)."""
 _CHUNK = 128
 
@@ -532,7 +533,7 @@ class BreakpointCacheSim:
             ttl = blocks[i].cache_ttl or "5m"  # eligible breakpoints carry a TTL
             seg = ends[i] - prev
             if seg > 0:
-                if ttl in _LONG_TTLS:
+                if ttl in LONG_TTLS:
                     w1 += seg
                 else:
                     w5 += seg

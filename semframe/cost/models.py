@@ -36,6 +36,7 @@ from typing import Any, Literal, Protocol
 from semframe.core.plan import Plan
 from semframe.core.wire import Request, Usage
 from semframe.cost.cachesim import (
+    LONG_TTLS,
     TTL,
     Block,
     BreakpointCacheSim,
@@ -88,7 +89,7 @@ WRITE_MULTIPLIER = {"5m": 1.25, "1h": 2.0}
 """Anthropic cache writes, as a multiple of the input price, per TTL (model without a price)."""
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 """Seconds of each cache TTL setting."""
-OPENAI_BREAKPOINT_TTL = "30m"
+OPENAI_BREAKPOINT_TTL: TTL = "30m"
 """The TTL of OpenAI's breakpoints (``prompt_cache_options.ttl``: "30m is currently the only
 supported value")."""
 RETENTION_SECONDS = {"in_memory": (300.0, 3600.0), "24h": (86_400.0, 86_400.0)}
@@ -333,7 +334,7 @@ class _ApiCost:
         p = self.price
         if p is None or p.input <= 0:
             return WRITE_MULTIPLIER.get(ttl, WRITE_MULTIPLIER["5m"]), READ_MULTIPLIER
-        write = p.cache_write_1h if ttl in ("1h", "12h") else p.cache_write_5m
+        write = p.cache_write_1h if ttl in LONG_TTLS else p.cache_write_5m
         return write / p.input, p.cache_read / p.input
 
     def _breakpoint_offsets(self, request: Request, *, minimum: int, ttl: str) -> list[int]:
@@ -605,7 +606,7 @@ class OpenAICost(_ApiCost):
                 pieces,
                 shape,
                 rules=BreakpointRules.openai(price.min_cacheable_tokens),
-                ttl="30m",
+                ttl=OPENAI_BREAKPOINT_TTL,
                 implicit=not self.directives,
             )
         ttl_s, life_s = RETENTION_SECONDS[self.effective_retention()]
@@ -656,8 +657,14 @@ def min_sharers(write: float, read: float = READ_MULTIPLIER) -> int:
     """
     if read >= 1.0:
         return 1 << 30  # reads save nothing: never worth a write
-    # n sharers: one write and n - 1 reads against n uncached sends.
-    return max(1, math.floor((write - read) / (1 - read)) + 1)
+    # n sharers: one write and n - 1 reads against n uncached sends; the floor's
+    # estimate is settled exactly (floating point can land on either side of a tie).
+    n = max(1, math.floor((write - read) / (1 - read)) + 1)
+    while write + read * (n - 1) >= n:
+        n += 1
+    while n > 1 and write + read * (n - 2) < n - 1:
+        n -= 1
+    return n
 
 
 def min_cacheable_tokens(model: str, prices: Mapping[str, Mapping[str, Any]] | None = None) -> int:
