@@ -16,7 +16,19 @@ Tables:
 - ``contributions.csv`` (15,000 rows, all 15 columns);
 - a synthetic table (``--rows``, ``--columns``, ``--cardinalities``,
   ``--value-lengths``, ``--skew``, ``--fds``);
+- a long-tail synthetic table shaped like a table of item reviews (reviewer,
+  time, four ratings, item name, id and style): items in file order, popular
+  ones first, then a long tail of items with one to four reviews each
+  (``--long-tail-rows``);
 - a tiny synthetic table on which OPHR (exact) fits.
+
+With the GGR authors' code present (``--reference DIR``, default
+``$SEMFRAME_GGR_REFERENCE`` or ``../ggr-reference``: a folder holding their
+``src/core/algos/quick_greedy.py`` and ``solver.py`` with a Python environment
+that has pandas and networkx, ``DIR/.venv`` unless ``--reference-python``),
+each table up to ``--reference-max-rows`` rows is also ordered by their
+QuickGreedy, run in that environment by ``benchmarks/ggr_reference_runner.py``
+on the same labeled segments; otherwise that row is skipped and says so.
 
 Then a scaling series of GGR over rows (``--scaling``) and the quality check of
 GGR against OPHR on ``--small-tables`` random small tables (up to 8 rows x 4
@@ -24,6 +36,7 @@ columns, low cardinality): mean and minimum of ``PHC(GGR) / PHC(OPHR)``.
 
     python benchmarks/reorder.py
     python benchmarks/reorder.py --rows 50000 --fds 0>3,1>4 --repeats 3
+    python benchmarks/reorder.py --reference ../ggr-reference
 
 Writes ``benchmarks/results/reorder.json``.
 """
@@ -39,7 +52,9 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -116,6 +131,126 @@ def synthetic(
     return Table.from_columns(data)
 
 
+def long_tail(rows: int, seed: int = 0) -> Table:
+    """Item reviews in file order: popular items first, then a long tail of tiny ones.
+
+    The first 84% of the rows come from items with Pareto-distributed review
+    counts (about 13 a item, up to 400); the rest from items with one to four
+    reviews. Each item has a name, an id and a style (functional dependencies);
+    each review four ratings in half steps (correlated with the item's level), a
+    time stamp (nearly unique) and a reviewer (Zipf over 6,000 names).
+    """
+    rng = np.random.default_rng(seed)
+    sizes: list[int] = []
+    head, total = int(rows * 0.84), 0
+    while total < rows:
+        size = (
+            int(min(400, max(2, rng.pareto(1.2) * 12 + 2)))
+            if total < head
+            else int(rng.integers(1, 5))
+        )
+        sizes.append(size)
+        total += size
+    kinds = [
+        "IPA",
+        "Stout",
+        "Porter",
+        "Pale Ale",
+        "Lager",
+        "Tripel",
+        "Saison",
+        "Pilsener",
+        "Brown Ale",
+    ]
+    origins = ["American", "English", "Belgian", "German", "Russian Imperial", "Scotch", "Irish"]
+    styles = [f"{o} {k}" for o in origins for k in kinds]
+    words = ["Old", "Dark", "Golden", "Hop", "Imperial", "Double", "Wild", "Red", "Black", "Winter"]
+    reviewer_p = 1.0 / np.arange(1, 6001) ** 1.1
+    reviewer_p /= reviewer_p.sum()
+    ratings = ["1.0", "1.5", "2.0", "2.5", "3.0", "3.5", "4.0", "4.5", "5.0"]
+    level_p = np.array([1, 1, 2, 4, 10, 25, 33, 18, 6], dtype=float)
+    level_p /= level_p.sum()
+    aspects = ["review/appearance", "review/aroma", "review/palate", "review/taste"]
+    data: dict[str, list[str]] = {
+        c: []
+        for c in [
+            "beer/name",
+            "beer/beerId",
+            "beer/style",
+            *aspects,
+            "review/time",
+            "review/profileName",
+        ]
+    }
+    for i, size in enumerate(sizes):
+        name = " ".join(rng.choice(words, size=int(rng.integers(2, 4)))) + f" {i}"
+        item_id, style = str(10_000 + i), styles[int(rng.integers(0, len(styles)))]
+        level = int(rng.choice(9, p=level_p))
+        for _ in range(size):
+            data["beer/name"].append(name)
+            data["beer/beerId"].append(item_id)
+            data["beer/style"].append(style)
+            for a in aspects:
+                data[a].append(ratings[int(np.clip(level + rng.integers(-1, 2), 0, 8))])
+            data["review/time"].append(str(1_000_000_000 + int(rng.integers(0, 300_000_000))))
+            data["review/profileName"].append(f"user{int(rng.choice(6000, p=reviewer_p))}")
+    return Table.from_columns({c: v[:rows] for c, v in data.items()})
+
+
+def reference_order(table: Table, directory: Path, python: Path) -> tuple[Ordering, float] | None:
+    """The GGR authors' QuickGreedy on ``table``: (ordering, solver seconds), or None.
+
+    The runner returns each prompt's segments; rows are matched back to the
+    table by their cells (identical rows are interchangeable for every metric).
+    """
+    runner = ROOT / "benchmarks" / "ggr_reference_runner.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "table.csv", Path(tmp) / "out.json"
+        with src.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(table.columns)
+            writer.writerows(zip(*(table.cells[c] for c in table.columns), strict=True))
+        done = subprocess.run(
+            [str(python), str(runner), str(directory), str(src), str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            print(f"  reference failed: {done.stderr.strip().splitlines()[-1:]}")
+            return None
+        result = json.loads(out.read_text(encoding="utf-8"))
+    where: dict[tuple[str, ...], list[int]] = {}
+    for r in range(table.n_rows):
+        where.setdefault(tuple(table.cells[c][r] for c in table.columns), []).append(r)
+    rows, fields = [], []
+    for segments in result["rows"]:
+        cells = dict(seg[:-1].split(": ", 1) for seg in segments)
+        rows.append(where[tuple(cells[c] for c in table.columns)].pop())
+        fields.append(tuple(seg.split(": ", 1)[0] for seg in segments))
+    return Ordering(tuple(rows), tuple(fields)), float(result["seconds"])
+
+
+@dataclass(frozen=True)
+class Reference:
+    directory: Path
+    python: Path
+    max_rows: int
+
+
+def find_reference(args: argparse.Namespace) -> Reference | None:
+    """The reference's folder and Python, or None (printed) when absent."""
+    directory = args.reference or Path(
+        os.environ.get("SEMFRAME_GGR_REFERENCE", ROOT.parent / "ggr-reference")
+    )
+    python = args.reference_python or directory / ".venv" / "bin" / "python"
+    code = directory / "src" / "core" / "algos" / "quick_greedy.py"
+    if not code.is_file() or not python.is_file():
+        print(f"reference skipped: no {code} or no {python} (see --reference)")
+        return None
+    return Reference(directory.resolve(), python, args.reference_max_rows)
+
+
 def timed(fn: Callable[[], Ordering], repeats: int) -> tuple[Ordering, list[float], list[float]]:
     """Run ``fn`` once to warm up, then ``repeats`` times: (result, wall s, CPU s)."""
     wall, cpu = [], []
@@ -128,7 +263,9 @@ def timed(fn: Callable[[], Ordering], repeats: int) -> tuple[Ordering, list[floa
     return result, wall, cpu
 
 
-def score_orders(table: Table, repeats: int, with_ophr: bool) -> list[Row]:
+def score_orders(
+    table: Table, repeats: int, with_ophr: bool, reference: Reference | None = None
+) -> list[Row]:
     methods: list[tuple[str, Callable[[], Ordering]]] = [
         ("original", lambda: order(table, "none")),
         ("stats", lambda: order(table, "stats")),
@@ -153,6 +290,25 @@ def score_orders(table: Table, repeats: int, with_ophr: bool) -> list[Row]:
                 tuple(times) if name != "original" else (),
             )
         )
+    if reference is not None and table.n_rows <= reference.max_rows:
+        got = reference_order(table, reference.directory, reference.python)
+        if got is not None:
+            o, seconds = got
+            o.validate(table.n_rows, table.columns)
+            s = evaluate(table, o)
+            out.append(
+                Row(
+                    "reference (authors' QuickGreedy)",
+                    s.phc,
+                    s.upper_bound,
+                    s.phc_ratio,
+                    s.hit_rate,
+                    s.hit_rate_unbounded,
+                    seconds,
+                    None,
+                    (seconds,),
+                )
+            )
     return out
 
 
@@ -272,6 +428,10 @@ def main() -> None:
         default=[12_500, 25_000, 50_000, 100_000],
         help="row counts of the GGR scaling series",
     )
+    parser.add_argument("--long-tail-rows", type=int, default=28_479)
+    parser.add_argument("--reference", type=Path, default=None, help="the GGR authors' code")
+    parser.add_argument("--reference-python", type=Path, default=None)
+    parser.add_argument("--reference-max-rows", type=int, default=30_000)
     parser.add_argument("--small-tables", type=int, default=500)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -311,14 +471,21 @@ def main() -> None:
             False,
         ),
         (
+            f"long-tail item reviews {args.long_tail_rows:,} x 9 (popular items, then 1-4 reviews)",
+            long_tail(args.long_tail_rows, seed=args.seed),
+            False,
+        ),
+        (
             "synthetic 8 x 4 (cardinality 3, OPHR fits)",
             synthetic(8, 4, [3], (1, 6), seed=args.seed),
             True,
         ),
     ]
+    reference = find_reference(args)
+    report["reference"] = None if reference is None else str(reference.directory)
     results = []
     for title, table, with_ophr in tables:
-        rows = score_orders(table, args.repeats, with_ophr)
+        rows = score_orders(table, args.repeats, with_ophr, reference)
         print_table(f"{title}: {table.n_rows:,} rows x {len(table.columns)} columns", rows)
         results.append(
             {

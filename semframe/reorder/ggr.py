@@ -67,6 +67,7 @@ from semframe.errors import ConfigError
 from semframe.reorder._encode import Encoded, FloatArray, IntArray, Tokenizer, encode, to_table
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
 from semframe.reorder.stats import lexsort_rows, stats_rank
+from semframe.reorder.trie import depth_first
 
 DEFAULT_HIGH_CARDINALITY = 0.9
 """Columns with more than this share of distinct values stay out of the recursion."""
@@ -685,6 +686,36 @@ def assemble(enc: Encoded, blocks: Iterable[tuple[IntArray, tuple[int, ...]]]) -
     return Ordering(tuple(all_rows), tuple(fields))
 
 
+def assemble_depth_first(
+    enc: Encoded, blocks: Sequence[tuple[IntArray, tuple[int, ...]]]
+) -> Ordering:
+    """Like :func:`assemble`, then the rows in depth-first order of their prompts.
+
+    The blocks' field orders stay; the rows move so that every shared prefix
+    runs back to back (:func:`semframe.reorder.trie.depth_first`): the
+    previous-prompt hit rate then equals the unbounded one.
+    """
+    blocks = [(rows, order) for rows, order in blocks if rows.size]
+    if not blocks:
+        return Ordering((), ())
+    m = enc.n_columns
+    offsets = np.zeros(m, dtype=np.int64)
+    if m:
+        offsets[1:] = np.cumsum(enc.cardinalities[:-1])
+    gcodes = enc.codes + offsets[:, None]
+    segments = np.concatenate(
+        [
+            gcodes[np.asarray(order, dtype=np.int64)[:, None], rows[None, :]].T
+            for rows, order in blocks
+        ]
+    )
+    perm = depth_first(segments)
+    rows_all = np.concatenate([rows for rows, _ in blocks])[perm]
+    block_of = np.repeat(np.arange(len(blocks)), [rows.size for rows, _ in blocks])[perm]
+    names = [tuple(enc.columns[j] for j in order) for _, order in blocks]
+    return Ordering(tuple(rows_all.tolist()), tuple(names[b] for b in block_of.tolist()))
+
+
 def ggr_encoded(
     enc: Encoded,
     fds: Sequence[tuple[int, int]] = (),
@@ -718,7 +749,7 @@ def ggr_encoded(
         min_hitcount=float(min_hitcount),
         lookahead_cells=lookahead_cells,
     )
-    return assemble(enc, ((e.rows, e.fields) for e in solver.run()))
+    return assemble_depth_first(enc, [(e.rows, e.fields) for e in solver.run()])
 
 
 def ggr(
