@@ -7,7 +7,9 @@ the same way and was routed to the same machine. Routing hashes the start of the
 prompt together with ``prompt_cache_key``, so semframe sets that key from the
 request's prefix group: the rows that share a prefix (in GGR order, neighbours)
 land on the same cache, and different groups spread over different machines
-instead of overflowing one. The shared instructions are byte-identical across
+instead of overflowing one. A group too small to repay its route's cold
+instructions shares the relQuery's instruction-level key instead
+(:func:`semframe.cost.models.routing_key`). The shared instructions are byte-identical across
 a relQuery's requests by construction (the planner renders them once).
 
 From GPT-5.6 (``caching = "breakpoints"`` in the price table) OpenAI caches

@@ -514,14 +514,39 @@ def cache_key(*parts: str) -> str:
 
 
 def routing_key(request: Request) -> str:
-    """OpenAI's ``prompt_cache_key`` for ``request``: a digest of its group's shared prefix.
+    """OpenAI's ``prompt_cache_key`` for ``request``: a digest of the prefix it routes by.
 
-    Requests of one prefix group (same instructions and first field) get the
-    same key; the whole relQuery shares the instruction-level key when no
-    field is shared.
+    A key picks the cache machine, and a machine that has not seen the
+    relQuery holds none of its instructions: the first request routed there
+    pays them again. So a prefix group (same instructions and first field) gets
+    a key of its own only where its followers repay that: ``(group size - 1) x
+    (characters the first field adds)`` at least the characters of the
+    instructions (system message included). Smaller groups share the
+    relQuery's instruction-level key, one route whose instructions stay warm,
+    as does every request when no field is shared.
+
+    Examples
+    --------
+    >>> from semframe.core.wire import Request
+    >>> def req(prompt, levels):
+    ...     return Request(0, 0, prompt, None, 8, 0.0, None, 0, levels)
+    >>> rules = "R" * 100
+    >>> big = req(rules + "movie: Alien\\nreview: x", ((100, 40), (113, 30)))
+    >>> small = req(rules + "movie: Alien\\nreview: y", ((100, 40), (113, 2)))
+    >>> plain = req(rules + "movie: Heat\\nreview: z", ((100, 40),))
+    >>> routing_key(big) == routing_key(small)  # 29 x 13 >= 100 > 1 x 13
+    False
+    >>> routing_key(small) == routing_key(plain)  # both on the instruction-level key
+    True
     """
     levels = request.prefix
-    end = levels[1][0] if len(levels) > 1 else (levels[0][0] if levels else 0)
+    head = levels[0][0] if levels else 0
+    end = head
+    if len(levels) > 1:
+        group_end, shared_by = levels[1]
+        instructions = head + len(request.system or "")
+        if (shared_by - 1) * (group_end - head) >= instructions:
+            end = group_end
     return "semframe-" + cache_key(request.system or "", request.prompt[:end])
 
 
