@@ -513,17 +513,21 @@ def cache_key(*parts: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def routing_key(request: Request) -> str:
+def routing_key(request: Request, rules: OpenAIRules | None = None) -> str:
     """OpenAI's ``prompt_cache_key`` for ``request``: a digest of the prefix it routes by.
 
-    A key picks the cache machine, and a machine that has not seen the
-    relQuery holds none of its instructions: the first request routed there
-    pays them again. So a prefix group (same instructions and first field) gets
-    a key of its own only where its followers repay that: ``(group size - 1) x
+    A key picks the cache machine; a route taking more than
+    ``rules.overflow_per_minute`` requests a minute spills to the next machine.
+    A relQuery of at least ``machines x overflow_per_minute`` requests spreads
+    over every machine whatever the keys, so there each prefix group (same
+    instructions and first field) gets a key of its own and its requests meet
+    on one machine. A smaller relQuery on one key stays on fewer machines, and
+    a machine that has not seen the relQuery holds none of its instructions:
+    the first request routed there pays them again. There a group gets a key
+    of its own only where its followers repay that: ``(group size - 1) x
     (characters the first field adds)`` at least the characters of the
-    instructions (system message included). Smaller groups share the
-    relQuery's instruction-level key, one route whose instructions stay warm,
-    as does every request when no field is shared.
+    instructions (system message included). The others share the relQuery's
+    instruction-level key, as does every request when no field is shared.
 
     Examples
     --------
@@ -538,16 +542,24 @@ def routing_key(request: Request) -> str:
     False
     >>> routing_key(small) == routing_key(plain)  # both on the instruction-level key
     True
+    >>> many = req(rules + "movie: Alien\\nreview: y", ((100, 500), (113, 2)))
+    >>> routing_key(many) == routing_key(small)  # 500 requests: every group its own key
+    False
     """
+    r = rules or _OPENAI_RULES
     levels = request.prefix
-    head = levels[0][0] if levels else 0
+    head, size = levels[0] if levels else (0, 1)
     end = head
     if len(levels) > 1:
         group_end, shared_by = levels[1]
         instructions = head + len(request.system or "")
-        if (shared_by - 1) * (group_end - head) >= instructions:
+        spread = size >= r.machines * r.overflow_per_minute
+        if spread or (shared_by - 1) * (group_end - head) >= instructions:
             end = group_end
     return "semframe-" + cache_key(request.system or "", request.prompt[:end])
+
+
+_OPENAI_RULES = OpenAIRules()
 
 
 class _FastOpenAICacheSim(OpenAICacheSim):

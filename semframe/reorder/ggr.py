@@ -698,22 +698,26 @@ def assemble_depth_first(
     blocks = [(rows, order) for rows, order in blocks if rows.size]
     if not blocks:
         return Ordering((), ())
-    m = enc.n_columns
-    offsets = np.zeros(m, dtype=np.int64)
-    if m:
-        offsets[1:] = np.cumsum(enc.cardinalities[:-1])
-    gcodes = enc.codes + offsets[:, None]
-    segments = np.concatenate(
-        [
-            gcodes[np.asarray(order, dtype=np.int64)[:, None], rows[None, :]].T
-            for rows, order in blocks
-        ]
+    order_ids: dict[tuple[int, ...], int] = {}
+    block_order = np.fromiter(
+        (order_ids.setdefault(order, len(order_ids)) for _, order in blocks),
+        dtype=np.int64,
+        count=len(blocks),
     )
+    sizes = np.fromiter((rows.size for rows, _ in blocks), dtype=np.int64, count=len(blocks))
+    row_order = np.repeat(block_order, sizes)
+    rows_all = np.concatenate([rows for rows, _ in blocks])
+    orders = np.array(list(order_ids), dtype=np.int64).reshape(len(order_ids), enc.n_columns)
+    offsets = np.zeros(enc.n_columns, dtype=np.int64)
+    if enc.n_columns:
+        offsets[1:] = np.cumsum(enc.cardinalities[:-1])
+    columns = orders[row_order]
+    segments = enc.codes[columns, rows_all[:, None]] + offsets[columns]
     perm = depth_first(segments)
-    rows_all = np.concatenate([rows for rows, _ in blocks])[perm]
-    block_of = np.repeat(np.arange(len(blocks)), [rows.size for rows, _ in blocks])[perm]
-    names = [tuple(enc.columns[j] for j in order) for _, order in blocks]
-    return Ordering(tuple(rows_all.tolist()), tuple(names[b] for b in block_of.tolist()))
+    names = [tuple(enc.columns[j] for j in order) for order in order_ids]
+    return Ordering(
+        tuple(rows_all[perm].tolist()), tuple(names[i] for i in row_order[perm].tolist())
+    )
 
 
 def ggr_encoded(
