@@ -416,6 +416,40 @@ SETTINGS: dict[str, Setting] = {
             256,
             "Host-RAM prompt cache of the embedded engine (MiB; 0 disables).",
         ),
+        Setting(
+            "executor",
+            _choice("local", "ray"),
+            "local",
+            "Where a relQuery runs: 'local' (in this process) or 'ray' (on `replicas` Ray "
+            "actors, each owning a backend built from these settings; prefix groups kept "
+            'whole per replica; pip install "semframe[ray]"). See docs/ray.md.',
+        ),
+        Setting(
+            "replicas",
+            _positive_int,
+            1,
+            "Backend replicas (Ray actors) with executor='ray'. API rate limits "
+            "(max_concurrency, rpm, tpm) are divided among them, never multiplied.",
+        ),
+        Setting(
+            "ray_address",
+            _opt_str,
+            None,
+            "Ray cluster to join with executor='ray' ('host:port', 'ray://host:port' or "
+            "'auto'). None: the ray.init() already made in this process, else a new local one.",
+        ),
+        Setting(
+            "ray_num_cpus",
+            _non_negative_float,
+            1.0,
+            "CPUs each Ray replica reserves (executor='ray').",
+        ),
+        Setting(
+            "ray_num_gpus",
+            _non_negative_float,
+            0.0,
+            "GPUs each Ray replica reserves (executor='ray'; 1 for a vLLM engine per GPU).",
+        ),
     ]
 }
 

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -119,6 +120,8 @@ class FakeBackend:
         Slots it pretends to have (each with its own prefix cache).
     context_window : int
         Context window in fake tokens (4 characters each).
+    delay : float
+        Seconds each answer takes (a stand-in for a model's latency; benchmarks).
 
     Attributes
     ----------
@@ -149,8 +152,10 @@ class FakeBackend:
         max_concurrency: int = 1,
         context_window: int = 32768,
         json_schema: bool = True,
+        delay: float = 0.0,
     ) -> None:
         self.model = model
+        self.delay = delay
         self.responder = responder or default_answer
         self.capabilities = Capabilities(
             prefix_cache="per_slot",
@@ -202,6 +207,8 @@ class FakeBackend:
             scripted = self._queue.popleft() if self._queue else None
             cached_prompt = self._slots.get(slot, "")
             self._slots[slot] = request.prompt
+        if self.delay:
+            time.sleep(self.delay)
         if isinstance(scripted, BaseException):
             raise scripted
         text = scripted if scripted is not None else self.responder(request)

@@ -34,6 +34,7 @@ from semframe.errors import BudgetExceeded, ConfigError, InputError, MissingDepe
 from semframe.runtime.batch import run_batch
 from semframe.runtime.execute import StopWhen, execute
 from semframe.runtime.guard import BudgetGuard
+from semframe.runtime.ray_executor import execute_ray
 from semframe.runtime.stats import OpStats, RunStats, record_op, record_run
 
 __all__ = [
@@ -225,6 +226,10 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
                 progress=cfg["progress"],
                 cache=cache,
                 cache_keys=keys,
+            )
+        elif cfg["executor"] == "ray":
+            outcomes, stats = execute_ray(
+                plan, backend, cfg, stop_when=stop_when, cache=cache, cache_keys=keys
             )
         else:
             outcomes, stats = execute(

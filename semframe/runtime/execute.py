@@ -280,6 +280,7 @@ def execute(
     stop_when: StopWhen | None = None,
     cache: ResultCache | None = None,
     cache_keys: Sequence[str | None] | None = None,
+    on_outcome: Callable[[Request, Outcome], None] | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
 
@@ -344,6 +345,9 @@ def execute(
         caller closes it.
     cache_keys : sequence of str or None, optional
         The requests' cache keys (:func:`semframe.cache.keys.plan_keys`), when known.
+    on_outcome : callable, optional
+        Given each sent request and its final outcome as soon as it has one
+        (a Ray replica streams them to the driver this way).
 
     Returns
     -------
@@ -456,6 +460,8 @@ def execute(
 
     def record(pos: int, outcome: Outcome) -> None:
         outcomes[pos] = outcome
+        if on_outcome is not None:
+            on_outcome(plan.requests[pos], outcome)
         with lock:
             totals.done += 1
             if outcome.error_kind is not None:

@@ -21,6 +21,7 @@ from semframe.errors import plural
 
 __all__ = [
     "OpStats",
+    "ReplicaStats",
     "Report",
     "RunStats",
     "last_op",
@@ -30,6 +31,44 @@ __all__ = [
     "report_scope",
     "reset_report",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStats:
+    """What one replica of a Ray run did (``RunStats.replicas``).
+
+    Attributes
+    ----------
+    replica : int
+        Its number in the run.
+    node : str
+        The Ray node it ran on.
+    rows : int
+        Rows it answered (their outcomes reached the driver).
+    requests : int
+        Requests it sent for them, retries included.
+    prompt_tokens, cached_tokens, output_tokens : int
+        Usage its backend reported for those rows, summed over attempts.
+    wall_seconds : float
+        From the run's start to its last answer.
+    died : bool
+        Whether it died during the run (its unanswered rows went to the others).
+    """
+
+    replica: int
+    node: str
+    rows: int
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    wall_seconds: float
+    died: bool = False
+
+    @property
+    def cached_share(self) -> float:
+        """Share of its prompt tokens served from its engine's prefix cache."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +92,9 @@ class RunStats:
     ``rate_limited`` counts the provider's 429s (each retried; the run slowed
     down at the first), and ``paced_seconds`` the time requests waited to keep
     within the account's rate limits (summed over requests).
+
+    ``replicas`` holds one :class:`ReplicaStats` per replica of a run with
+    ``executor="ray"`` (empty for a run in this process).
     """
 
     op: str
@@ -79,6 +121,7 @@ class RunStats:
     unconfirmed_dollars: float | None = None
     rate_limited: int = 0
     paced_seconds: float = 0.0
+    replicas: tuple[ReplicaStats, ...] = ()
 
     @property
     def cached_share(self) -> float:
@@ -120,6 +163,7 @@ class RunStats:
                 else ""
             )
             + (" (batch)" if self.batch else "")
+            + (_replicas_line(self.replicas) if self.replicas else "")
             + (f"; {self.cache_hits:,} from the result cache" if self.cache_hits else "")
             + (
                 f" (saved ${self.cache_saved_dollars:.4f})"
@@ -169,11 +213,24 @@ class RunStats:
                 )
             )
         rows.append(("expected prefix reuse (plan)", f"{self.expected_hit_rate:.1%}"))
+        rows.extend(
+            (
+                f"replica {r.replica}" + (" (died)" if r.died else ""),
+                f"{r.rows:,} rows, {r.prompt_tokens:,} tok, cached {r.cached_tokens:,} "
+                f"({r.cached_share:.1%}), {r.wall_seconds:,.2f} s",
+            )
+            for r in self.replicas
+        )
         return rows
 
     def _repr_html_(self) -> str:
         head = f"RunStats: {self.op} on {self.backend}/{self.model}, reorder={self.reorder}"
         return f"<div><b>{escape(head)}</b>{html_table(self._table())}</div>"
+
+
+def _replicas_line(replicas: Sequence[ReplicaStats]) -> str:
+    died = sum(r.died for r in replicas)
+    return f"; on {plural(len(replicas), 'Ray replica')}" + (f" ({died} died)" if died else "")
 
 
 def _money(x: float | None) -> str:

@@ -1,0 +1,771 @@
+"""``executor="ray"``: one relQuery across backend replicas on a Ray cluster.
+
+The driver (this process) plans the relQuery once (GGR), serves what the
+result cache holds, and cuts the rest into shards with
+:func:`semframe.serving.partition.partition`: whole prefix groups per
+replica, balanced by their estimated work. Each replica is a Ray actor
+(:class:`Replica`) owning one backend built from the call's settings; it runs
+its shard through the same :func:`~semframe.runtime.execute.execute` as the
+in-process path (retries, parsing, group-aware dispatch) and streams every
+outcome back as soon as it has one. The driver stores answers in the result
+cache as they arrive, draws one progress line, and puts the outcomes back in
+plan order (the caller's order is restored by :func:`~semframe.runtime.call.run_call`).
+
+Faults: a replica that dies mid-run (its actor killed, its node lost) has
+its unanswered requests partitioned again over the replicas still alive;
+rows whose answers reached the driver are never sent again. A driver killed
+mid-run resumes from the result cache.
+
+Rate limits: replicas that reach one endpoint (an API account, a vLLM
+server: ``Backend.endpoint`` set) share its limits: ``max_concurrency``,
+``rpm`` and ``tpm`` are divided among them; replicas that own their engine
+(the fake backend, an in-process engine) keep the full settings.
+
+Ray is imported on first use (``pip install "semframe[ray]"``); importing
+semframe does not import it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, cast
+
+from semframe.backends import BACKENDS, get_backend, register_backend
+from semframe.backends.base import AsyncBackend, Backend, Capabilities
+from semframe.cache.store import ResultCache
+from semframe.config import ResolvedConfig
+from semframe.core.ordering import Ordering
+from semframe.core.plan import Plan, PrefixGroup
+from semframe.core.wire import Completion, Outcome, Request, Usage
+from semframe.cost.models import CostModel, warm_start
+from semframe.errors import (
+    BudgetExceeded,
+    ConfigError,
+    MissingDependencyError,
+    RunAborted,
+    RunInterrupted,
+    SemframeError,
+)
+from semframe.runtime.execute import (
+    StopWhen,
+    Totals,
+    execute,
+    interrupted_message,
+    run_stats,
+    serve_from_cache,
+    unanswered,
+)
+from semframe.runtime.progress import Progress
+from semframe.runtime.stats import ReplicaStats, RunStats, record_run
+from semframe.serving.partition import partition
+
+__all__ = [
+    "INSTALL_LINE",
+    "PER_REQUEST_CHARS",
+    "Answer",
+    "Replica",
+    "connect",
+    "execute_ray",
+    "live_replicas",
+    "replica_settings",
+    "require_ray",
+    "shutdown_replicas",
+]
+
+INSTALL_LINE = 'pip install "semframe[ray]"'
+"""How to install Ray for ``executor="ray"``."""
+
+PER_REQUEST_CHARS = 400.0
+"""Work of one request beyond its prompt, in prompt characters, when balancing replicas.
+
+A stand-in for its decode and per-request overhead (about 100 prompt tokens)."""
+
+START_TIMEOUT_S = 600.0
+"""How long replicas may take to start (an engine loading its model) before the run fails."""
+
+
+def require_ray() -> Any:
+    """Import Ray, or fail with the install line.
+
+    Raises
+    ------
+    MissingDependencyError
+        When Ray is not installed.
+    """
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        msg = f"executor='ray' needs Ray, which is not installed. Install it with: {INSTALL_LINE}"
+        raise MissingDependencyError(msg) from None
+
+
+class Answer(NamedTuple):
+    """One outcome a replica streams back to the driver.
+
+    Attributes
+    ----------
+    id : int
+        The request's position in the replica's shard.
+    outcome : Outcome
+        What became of it.
+    completion : Completion or None
+        The answer to store in the result cache (parsed, not cut), else ``None``.
+    usage : Usage
+        Usage the backend reported for it, summed over its attempts.
+    """
+
+    id: int
+    outcome: Outcome
+    completion: Completion | None
+    usage: Usage
+
+
+class _Meter:
+    """A backend that remembers each request's usage (every attempt) and last answer."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name: str = inner.name
+        self.model: str = inner.model
+        self.endpoint: str | None = inner.endpoint
+        self.capabilities: Capabilities = inner.capabilities
+        self.cost: CostModel = inner.cost
+        self._lock = threading.Lock()
+        self._usage: dict[int, Usage] = {}
+        self._last: dict[int, Completion] = {}
+
+    def _seen(self, request: Request, completion: Completion) -> None:
+        u = completion.usage
+        with self._lock:
+            was = self._usage.get(request.id, Usage())
+            self._usage[request.id] = Usage(
+                was.prompt_tokens + u.prompt_tokens,
+                was.cached_tokens + u.cached_tokens,
+                was.cache_write_tokens + u.cache_write_tokens,
+                was.output_tokens + u.output_tokens,
+            )
+            self._last[request.id] = completion
+
+    def take(self, request_id: int) -> tuple[Usage, Completion | None]:
+        """The request's summed usage and last answer (forgotten here)."""
+        with self._lock:
+            return self._usage.pop(request_id, Usage()), self._last.pop(request_id, None)
+
+    def complete(self, request: Request, *, slot: int | None = None) -> Completion:
+        completion = self.inner.complete(request, slot=slot)
+        self._seen(request, completion)
+        return completion
+
+    async def acomplete(self, request: Request) -> Completion:
+        completion = await cast(AsyncBackend, self.inner).acomplete(request)
+        self._seen(request, completion)
+        return completion
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return self.inner.count_tokens(texts)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class Replica:
+    """A Ray actor's state: one backend, built from the call's settings, and its runs.
+
+    Made into an actor with ``ray.remote`` when a pool starts (Ray is not
+    imported by this module).
+
+    Parameters
+    ----------
+    index : int
+        Its number in the pool.
+    name : str
+        The backend's registry name.
+    spec : BackendSpec
+        How the driver builds that backend (registered here when it differs,
+        so a backend registered in the driver's process works here too).
+    settings : ResolvedConfig
+        The replica's settings (:func:`replica_settings`).
+    env : mapping
+        Environment variables to set first (the backend's credentials).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        spec: Any,
+        settings: ResolvedConfig,
+        env: Mapping[str, str],
+    ) -> None:
+        os.environ.update(env)
+        if BACKENDS.get(name) != spec:
+            register_backend(name, spec)
+        self.index = index
+        self.settings = settings
+        self.backend = get_backend(name, model=settings["model"], settings=settings)
+        self._stop = threading.Event()
+
+    def info(self) -> tuple[int, str]:
+        """Its process id and Ray node id (a liveness check)."""
+        node = ""
+        with contextlib.suppress(Exception):
+            node = str(require_ray().get_runtime_context().get_node_id())
+        return os.getpid(), node
+
+    def stop(self) -> None:
+        """Send nothing more in the current run (requests in flight complete)."""
+        self._stop.set()
+
+    def run(self, shard: Plan) -> Iterator[list[Answer]]:
+        """Execute ``shard``; yield its outcomes in batches as they arrive."""
+        self._stop.clear()
+        cfg = self.settings
+        meter = _Meter(self.backend)
+        events: queue.SimpleQueue[Answer | BaseException | None] = queue.SimpleQueue()
+
+        def on_outcome(request: Request, outcome: Outcome) -> None:
+            usage, completion = meter.take(request.id)
+            keep = completion if outcome.error_kind is None and outcome.error is None else None
+            events.put(Answer(request.id, outcome, keep, usage))
+
+        def work() -> None:
+            try:
+                execute(
+                    shard,
+                    meter,
+                    max_concurrency=cfg["max_concurrency"],
+                    max_retries=cfg["max_retries"],
+                    progress="off",
+                    rpm=cfg["rpm"],
+                    tpm=cfg["tpm"],
+                    timeout=cfg["timeout"],
+                    row_timeout=cfg["row_timeout"],
+                    warm=warm_start(meter.cost, cfg["warm_start"]),
+                    stop_when=lambda *_: self._stop.is_set(),
+                    on_outcome=on_outcome,
+                )
+            except BudgetExceeded:
+                pass  # the driver said stop
+            except BaseException as exc:
+                events.put(exc)
+                return
+            events.put(None)
+
+        threading.Thread(target=work, name=f"semframe-replica-{self.index}", daemon=True).start()
+        while True:
+            item = events.get()
+            batch: list[Answer] = []
+            while isinstance(item, Answer):
+                batch.append(item)
+                try:
+                    item = events.get_nowait()
+                except queue.Empty:
+                    item = _PENDING  # more will come
+                    break
+            if batch:
+                yield batch
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+
+
+_PENDING: Any = object()  # the replica's queue was empty: keep waiting
+
+
+def replica_settings(settings: ResolvedConfig, backend: Backend, replicas: int) -> ResolvedConfig:
+    """The settings each replica runs with: rate limits divided where an endpoint is shared.
+
+    Replicas that reach one endpoint (``backend.endpoint`` set: an API account,
+    a vLLM server) get ``max_concurrency``, ``rpm`` and ``tpm`` divided among
+    them (at least 1 each); replicas that own their engine keep the full
+    settings. The replicas themselves run in process, without progress.
+
+    Examples
+    --------
+    >>> from semframe.config import config
+    >>> from semframe.backends.fake import FakeBackend
+    >>> api = FakeBackend(max_concurrency=64)
+    >>> api.endpoint = "https://api.example.com/v1"
+    >>> cfg = replica_settings(config(rpm=1000), api, 4)
+    >>> cfg["max_concurrency"], cfg["rpm"], cfg["executor"]
+    (16, 250, 'local')
+    >>> replica_settings(config(), FakeBackend(), 4)["max_concurrency"] is None
+    True
+    """
+    values = dict(settings)
+    if backend.endpoint is not None:
+        cap = settings["max_concurrency"] or backend.capabilities.max_concurrency
+        values["max_concurrency"] = max(1, cap // replicas)
+        for key in ("rpm", "tpm"):
+            if settings[key] is not None:
+                values[key] = max(1, settings[key] // replicas)
+    values.update(executor="local", progress="off", replicas=1)
+    return ResolvedConfig(values, settings.sources)
+
+
+def _reachable(address: str, timeout: float = 3.0) -> None:
+    """Fail unless something accepts connections at a ``host:port`` Ray address."""
+    target = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        msg = (
+            f"ray_address={address!r} is not an address: expected 'host:port', "
+            "'ray://host:port' or 'auto'."
+        )
+        raise ConfigError(msg)
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout):
+            pass
+    except OSError as exc:
+        msg = (
+            f"cannot reach the Ray cluster at ray_address={address!r} ({exc}); nothing was "
+            "sent. Start one there (`ray start --head`), fix ray_address, or leave it unset "
+            "to start a local cluster."
+        )
+        raise ConfigError(msg) from None
+
+
+def connect(settings: Mapping[str, Any]) -> Any:
+    """Join Ray as ``settings`` say and check the replicas can be placed; returns ``ray``.
+
+    Joins the ``ray.init()`` already made in this process, else the cluster
+    at ``ray_address``, else starts a local one.
+
+    Raises
+    ------
+    ConfigError
+        An unreachable ``ray_address``; replicas asking for more CPUs or GPUs
+        than any node (or the whole cluster) has; a ``client=`` setting
+        (a client object cannot be sent to other processes).
+    MissingDependencyError
+        When Ray is not installed.
+    """
+    if settings["client"] is not None:
+        msg = (
+            "executor='ray' cannot send a client= object to its replicas (each builds its "
+            "own client); configure the backend with base_url= and its API key variable."
+        )
+        raise ConfigError(msg)
+    ray = require_ray()
+    address = settings["ray_address"]
+    if address is not None and address != "auto":
+        _reachable(address)
+    if ray.is_initialized():
+        joined = str(ray.get_runtime_context().gcs_address)
+        if address is not None and address not in ("auto", joined):
+            msg = (
+                f"this process is already connected to the Ray cluster at {joined}; "
+                f"ray_address={address!r} names another. Leave ray_address unset to use "
+                "the cluster joined, or call ray.shutdown() first."
+            )
+            raise ConfigError(msg)
+    else:
+        try:
+            ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
+        except Exception as exc:
+            where = f"at ray_address={address!r}" if address else "locally"
+            msg = f"cannot start or join a Ray cluster {where}: {exc}"
+            raise ConfigError(msg) from None
+    _check_resources(ray, settings)
+    return ray
+
+
+def _check_resources(ray: Any, settings: Mapping[str, Any]) -> None:
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    replicas = settings["replicas"]
+    for resource, key in (("GPU", "ray_num_gpus"), ("CPU", "ray_num_cpus")):
+        per = float(settings[key])
+        if per <= 0:
+            continue
+        sizes = [float(n.get("Resources", {}).get(resource, 0.0)) for n in nodes]
+        largest, total = max(sizes, default=0.0), sum(sizes)
+        if per > largest:
+            msg = (
+                f"each replica asks for {key}={per:g} {resource}(s), but the largest node of "
+                f"the Ray cluster has {largest:g} ({total:g} over {len(nodes)} node(s)); "
+                f"nothing was sent. Lower {key}, or add a node with more {resource}s."
+            )
+            raise ConfigError(msg)
+        if per * replicas > total + 1e-9:
+            msg = (
+                f"replicas={replicas} x {key}={per:g} needs {per * replicas:g} {resource}(s), "
+                f"but the Ray cluster has {total:g}; Ray would wait for them forever. Nothing "
+                f"was sent. Lower replicas or {key}."
+            )
+            raise ConfigError(msg)
+
+
+@dataclass
+class _Pool:
+    key: str
+    actors: list[Any]
+    nodes: list[str]
+
+
+_pool: _Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def _pool_key(name: str, spec: Any, cfg: ResolvedConfig, env: Mapping[str, str]) -> str:
+    relevant = {k: repr(cfg[k]) for k in sorted(cfg) if k not in ("progress",)}
+    text = repr((name, repr(spec), relevant, sorted(env.items())))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _start(ray: Any, index: int, args: tuple[Any, ...], cfg: Mapping[str, Any]) -> Any:
+    actor_class = ray.remote(Replica).options(
+        num_cpus=float(cfg["ray_num_cpus"]),
+        num_gpus=float(cfg["ray_num_gpus"]),
+        max_concurrency=2,  # stop() and info() reach a replica while it runs
+        max_restarts=0,
+    )
+    return actor_class.remote(index, *args)
+
+
+def _pool_for(ray: Any, settings: ResolvedConfig, backend: Backend) -> _Pool:
+    """The replicas for ``settings``: reused while alive, replaced when dead or reconfigured."""
+    global _pool
+    name = settings["backend"]
+    spec = BACKENDS[name]
+    n = settings["replicas"]
+    cfg = replica_settings(settings, backend, n)
+    env = {k: os.environ[k] for k in spec.secrets if os.environ.get(k)}
+    key = _pool_key(name, spec, cfg, env) + f"/{n}"
+    args = (name, spec, cfg, env)
+    with _pool_lock:
+        if _pool is not None and _pool.key != key:
+            _kill(ray, _pool.actors)
+            _pool = None
+        actors: list[Any] = list(_pool.actors) if _pool is not None else [None] * n
+        nodes = list(_pool.nodes) if _pool is not None else [""] * n
+        for attempt in range(2):
+            for i, actor in enumerate(actors):
+                if actor is None:
+                    actors[i] = _start(ray, i, args, settings)
+            probes = [a.info.remote() for a in actors]
+            dead = False
+            for i, probe in enumerate(probes):
+                try:
+                    _, nodes[i] = ray.get(probe, timeout=START_TIMEOUT_S)
+                except ray.exceptions.GetTimeoutError:
+                    _kill(ray, actors)
+                    _pool = None
+                    msg = (
+                        f"{n} replica(s) could not start within {START_TIMEOUT_S:g} s (the Ray "
+                        "cluster may lack free resources for them); nothing was sent."
+                    )
+                    raise ConfigError(msg) from None
+                except ray.exceptions.RayActorError as exc:
+                    if attempt:
+                        _kill(ray, actors)
+                        _pool = None
+                        msg = f"a replica died while starting: {exc}"
+                        raise SemframeError(msg) from None
+                    actors[i] = None
+                    dead = True
+            if not dead:
+                break
+        _pool = _Pool(key, actors, nodes)
+        return _pool
+
+
+def _kill(ray: Any, actors: Sequence[Any]) -> None:
+    for actor in actors:
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+
+
+def live_replicas() -> list[Any]:
+    """The actors of the current replica pool (empty before the first Ray run)."""
+    with _pool_lock:
+        return [] if _pool is None else list(_pool.actors)
+
+
+def shutdown_replicas() -> None:
+    """Kill the replicas (their engines and clients are released); the next run starts new ones."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _kill(require_ray(), _pool.actors)
+        _pool = None
+
+
+def _shard_plan(plan: Plan, ids: Sequence[int]) -> Plan:
+    """The requests ``ids`` of ``plan`` as a plan of their own (ids renumbered, no table)."""
+    requests = tuple(plan.requests[i]._replace(id=k, row=k) for k, i in enumerate(ids))
+    groups = _groups_of(requests)
+    rq = dataclasses.replace(plan.relquery, table=plan.relquery.table.take(()))
+    ordering = Ordering(tuple(range(len(ids))), tuple(plan.ordering.fields[i] for i in ids))
+    shared = tuple(plan.shared_chars[i] for i in ids)
+    return Plan(rq, ordering, plan.reorder, plan.instructions, requests, tuple(groups), shared)
+
+
+@dataclass
+class _Tally:
+    rows: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    last: float = 0.0
+    died: bool = False
+
+
+@dataclass
+class _Job:
+    replica: int
+    ids: tuple[int, ...]  # plan positions, in shard order
+
+
+@dataclass
+class _Run:
+    """The driver's state of one Ray run."""
+
+    ray: Any
+    plan: Plan
+    actors: list[Any]
+    events: queue.SimpleQueue[tuple[str, int, Any]] = field(default_factory=queue.SimpleQueue)
+    jobs: dict[int, _Job] = field(default_factory=dict)
+    active: set[int] = field(default_factory=set)
+    alive: list[int] = field(default_factory=list)
+
+    def dispatch(self, ids: Sequence[int]) -> None:
+        """Partition the requests ``ids`` (plan order) over the live replicas and start them."""
+        if not ids:
+            return
+        if not self.alive:
+            msg = "every Ray replica died"
+            raise RunAborted(msg)
+        requests = [self.plan.requests[i] for i in ids]
+        groups = _groups_of(requests)
+        part = partition(requests, groups, len(self.alive), per_request=PER_REQUEST_CHARS)
+        for k, positions in enumerate(part.shards):
+            if not positions:
+                continue
+            job = _Job(self.alive[k], tuple(ids[p] for p in positions))
+            number = len(self.jobs)
+            self.jobs[number] = job
+            self.active.add(number)
+            shard = _shard_plan(self.plan, job.ids)
+            threading.Thread(
+                target=self._pump,
+                args=(number, self.actors[job.replica], shard),
+                name=f"semframe-ray-pump-{number}",
+                daemon=True,
+            ).start()
+
+    def _pump(self, number: int, actor: Any, shard: Plan) -> None:
+        ray = self.ray
+        try:
+            stream = actor.run.options(num_returns="streaming").remote(shard)
+            for ref in stream:
+                self.events.put(("answers", number, ray.get(ref)))
+        except ray.exceptions.RayActorError as exc:
+            self.events.put(("died", number, exc))
+            return
+        except BaseException as exc:
+            self.events.put(("error", number, exc))
+            return
+        self.events.put(("done", number, None))
+
+    def stop(self) -> None:
+        for number in self.active:
+            with contextlib.suppress(Exception):
+                self.actors[self.jobs[number].replica].stop.remote()
+
+
+def _groups_of(requests: Sequence[Request]) -> list[PrefixGroup]:
+    groups = []
+    start = 0
+    for k in range(1, len(requests) + 1):
+        if k == len(requests) or requests[k].group != requests[k - 1].group:
+            groups.append(PrefixGroup(start, k))
+            start = k
+    return groups
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The error a replica raised, out of Ray's wrapper (``RayTaskError``)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def execute_ray(
+    plan: Plan,
+    backend: Backend,
+    settings: ResolvedConfig,
+    *,
+    stop_when: StopWhen | None = None,
+    cache: ResultCache | None = None,
+    cache_keys: Sequence[str | None] | None = None,
+) -> tuple[list[Outcome], RunStats]:
+    """Send ``plan`` through ``settings["replicas"]`` Ray replicas; outcomes in plan order.
+
+    What :func:`~semframe.runtime.execute.execute` does in process, spread
+    over replicas: stored answers are served first, the rest is partitioned
+    by prefix group (:func:`~semframe.serving.partition.partition`), each
+    replica's outcomes are streamed back and stored as they arrive, and a
+    replica that dies has its unanswered requests sent to the others.
+    ``stop_when`` (a budget) is asked after each batch of answers; when it
+    says stop, every replica sends nothing more and
+    :class:`~semframe.errors.BudgetExceeded` is raised with the answers so far.
+
+    Raises
+    ------
+    ConfigError
+        Before anything is sent: Ray cannot be joined, or the replicas cannot be placed.
+    RunAborted
+        A replica's backend failed for every request alike, or every replica died.
+    """
+    ray = connect(settings)
+    start = time.monotonic()
+    n = len(plan.requests)
+    outcomes: list[Outcome | None] = [None] * n
+    totals = Totals()
+    send, keep = plan, None
+    if cache is not None:
+        keep = serve_from_cache(plan, backend, cache, outcomes, totals, keys=cache_keys)
+        if totals.cache_hits:
+            send = unanswered(plan, outcomes)
+    pool = _pool_for(ray, settings, backend) if send.requests else None
+    replicas = settings["replicas"]
+    tallies = [_Tally() for _ in range(replicas)]
+    bar = None
+    if settings["progress"] != "off":
+        bar = Progress(
+            n,
+            f"{plan.relquery.op} on {backend.name} ({replicas} Ray replicas)",
+            mode=settings["progress"],
+            dollars=lambda: backend.cost.bill(totals.charged()),
+        )
+        if not bar.enabled:
+            bar = None
+        elif totals.cache_hits:
+            bar.update(totals.done, 0, 0, 0)
+    stopped = False
+    try:
+        if pool is not None:
+            run = _Run(ray, plan, pool.actors, alive=list(range(replicas)))
+            run.dispatch([r.id for r in send.requests])
+            while run.active:
+                try:
+                    kind, number, payload = run.events.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                job = run.jobs[number]
+                tally = tallies[job.replica]
+                if kind == "answers":
+                    for answer in cast("list[Answer]", payload):
+                        pos = job.ids[answer.id]
+                        if outcomes[pos] is not None:
+                            continue
+                        _count(totals, tally, answer, start)
+                        outcomes[pos] = answer.outcome
+                        if keep is not None and answer.completion is not None:
+                            keep(plan.requests[pos], answer.completion)
+                    if bar is not None:
+                        bar.update(
+                            totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors
+                        )
+                    if (
+                        stop_when is not None
+                        and not stopped
+                        and stop_when(totals.charged(), totals.done - totals.cache_hits, 0)
+                    ):
+                        stopped = True
+                        run.stop()
+                    continue
+                run.active.discard(number)
+                if kind == "died":
+                    tally.died = True
+                    if job.replica in run.alive:
+                        run.alive.remove(job.replica)
+                    if not stopped:
+                        run.dispatch([i for i in job.ids if outcomes[i] is None])
+                elif kind == "error":
+                    run.stop()
+                    error = _unwrap(cast(BaseException, payload))
+                    if isinstance(error, RunAborted):
+                        error.outcomes = plan.restore(outcomes)
+                        error.answered = sum(
+                            1 for o in outcomes if o is not None and o.error_kind is None
+                        )
+                    raise error
+    except KeyboardInterrupt as exc:
+        answered = sum(1 for o in outcomes if o is not None and o.error_kind is None)
+        raise RunInterrupted(
+            interrupted_message(answered, n, stored=cache is not None),
+            answered=answered,
+            outcomes=plan.restore(outcomes),
+            stored=cache is not None,
+        ) from exc
+    finally:
+        if bar is not None:
+            bar.close()
+        if cache is not None:
+            cache.flush()
+    nodes = pool.nodes if pool is not None else [""] * replicas
+    stats = dataclasses.replace(
+        run_stats(plan, backend, totals, start, replicas, batch=False),
+        replicas=tuple(
+            ReplicaStats(
+                i,
+                nodes[i],
+                t.rows,
+                t.requests,
+                t.prompt_tokens,
+                t.cached_tokens,
+                t.output_tokens,
+                t.last,
+                t.died,
+            )
+            for i, t in enumerate(tallies)
+        ),
+    )
+    record_run(stats)
+    done = [o for o in outcomes if o is not None]
+    if len(done) != n:
+        if not stopped:  # pragma: no cover - every job ends with all its outcomes
+            msg = f"internal error: {n - len(done)} requests were never answered"
+            raise SemframeError(msg)
+        answered = sum(1 for o in done if o.error_kind is None)
+        stop = BudgetExceeded(
+            f"stopped after {answered} of {n} requests were answered: the budget hook said "
+            f"stop ({n - len(done)} not sent; requests in flight were completed and kept)"
+        )
+        stop.outcomes = plan.restore(outcomes)
+        stop.stats = stats
+        raise stop
+    return done, stats
+
+
+def _count(totals: Totals, tally: _Tally, answer: Answer, start: float) -> None:
+    u, outcome = answer.usage, answer.outcome
+    totals.prompt_tokens += u.prompt_tokens
+    totals.cached_tokens += u.cached_tokens
+    totals.cache_write_tokens += u.cache_write_tokens
+    totals.output_tokens += u.output_tokens
+    totals.largest_output = max(totals.largest_output, u.output_tokens)
+    totals.sent += outcome.attempts
+    totals.retries += max(0, outcome.attempts - 1)
+    totals.done += 1
+    if outcome.error_kind is not None:
+        totals.errors += 1
+    tally.rows += 1
+    tally.requests += outcome.attempts
+    tally.prompt_tokens += u.prompt_tokens
+    tally.cached_tokens += u.cached_tokens
+    tally.output_tokens += u.output_tokens
+    tally.last = time.monotonic() - start

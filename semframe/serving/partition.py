@@ -1,0 +1,452 @@
+"""Prefix-aware partitioning: which replica of an engine answers which requests.
+
+A planned relQuery (GGR order, :class:`~semframe.core.plan.Plan`) is cut into
+*units*: runs of consecutive requests that share a prompt prefix. A unit's
+prefix is prefilled once on the replica it lands on; split across two
+replicas it is prefilled twice. :func:`partition` therefore moves whole
+prefix groups, balancing their estimated work, largest first (LPT); a group
+too large for a fair share is split at a sub-prefix boundary (the deeper
+levels of ``Request.prefix``), and row by row only when it has no deeper
+level. :func:`replica_cache` counts what each replica's prefix cache serves
+under a partition: a prefix is paid once per replica it lands on.
+
+Work is counted in prompt characters (a stand-in for prefill tokens) plus a
+fixed ``per_request`` cost for each request (its decode and overhead).
+
+Everything here is plain data: the Ray executor
+(:mod:`semframe.runtime.ray_executor`) and the benchmarks use the same
+functions.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from semframe.core.plan import PrefixGroup
+from semframe.core.wire import Request
+
+__all__ = [
+    "CacheFigures",
+    "Partition",
+    "Unit",
+    "assign",
+    "partition",
+    "plan_units",
+    "replica_cache",
+    "request_splitter",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A run of consecutive requests kept on one replica.
+
+    Attributes
+    ----------
+    start, stop : int
+        Requests ``start <= i < stop`` (positions in the partitioned sequence).
+    chain : tuple of (int, int, int)
+        The shared prefix levels every request of the unit starts with, after
+        the instruction block: ``(depth, first position of that level's run,
+        characters it adds)``, shallowest first. ``(depth, start)`` names a
+        prefix: two units with the same one share it.
+    rest : int
+        Characters of the unit's prompts beyond the instructions and ``chain``,
+        summed over its requests.
+    reuse : int
+        Of ``rest``, the characters a prefix cache serves inside the unit: the
+        deeper prefix levels its consecutive requests share.
+    """
+
+    start: int
+    stop: int
+    chain: tuple[tuple[int, int, int], ...]
+    rest: int
+    reuse: int = 0
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def shared(self) -> int:
+        """Characters every request of the unit shares beyond the instructions."""
+        return sum(c for _, _, c in self.chain)
+
+    @property
+    def depth(self) -> int:
+        """The deepest prefix level every request of the unit shares (0: the instructions)."""
+        return self.chain[-1][0] if self.chain else 0
+
+    def work(self, per_request: float = 0.0) -> float:
+        """Estimated work on a replica holding none of its prefix: prefix once, rows, overhead."""
+        return self.shared + self.rest - self.reuse + per_request * len(self)
+
+
+Splitter = Callable[[Unit], tuple[tuple[Unit, ...], bool] | None]
+"""``split(unit) -> (pieces, at_sub_prefix)``, or ``None`` for a unit of one request.
+
+The pieces cover the unit's requests in order; ``at_sub_prefix`` is ``False``
+when the unit has no deeper prefix level and the pieces are its rows."""
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Which replica answers which units (the result of :func:`partition`).
+
+    Attributes
+    ----------
+    units : tuple of tuple of Unit
+        Per replica, its units in their original order (a split group's
+        pieces that land on one replica stay adjacent, so its prefix is
+        served from the cache after the first).
+    loads : tuple of float
+        Per replica, the summed work of its units.
+    per_request : float
+        The per-request cost the work was counted with.
+    splits : int
+        Units split at a sub-prefix boundary.
+    row_splits : int
+        Units split row by row (they had no deeper prefix level).
+    """
+
+    units: tuple[tuple[Unit, ...], ...]
+    loads: tuple[float, ...]
+    per_request: float = 0.0
+    splits: int = 0
+    row_splits: int = 0
+
+    @property
+    def replicas(self) -> int:
+        """Number of replicas."""
+        return len(self.units)
+
+    @property
+    def total_work(self) -> float:
+        """Work summed over every replica."""
+        return sum(self.loads)
+
+    @property
+    def makespan(self) -> float:
+        """The most work any replica has."""
+        return max(self.loads, default=0.0)
+
+    @property
+    def balance(self) -> float:
+        """Makespan over the mean load (1.0: perfectly balanced)."""
+        mean = self.total_work / self.replicas if self.replicas else 0.0
+        return self.makespan / mean if mean else 1.0
+
+    @property
+    def shards(self) -> tuple[tuple[int, ...], ...]:
+        """Per replica, the positions of its requests, in their original order."""
+        return tuple(
+            tuple(i for u in units for i in range(u.start, u.stop)) for units in self.units
+        )
+
+
+def _lpt(units: Sequence[Unit], replicas: int, per_request: float) -> list[list[Unit]]:
+    """Largest first, each unit to the least-loaded replica (ties: lowest index)."""
+    bins: list[list[Unit]] = [[] for _ in range(replicas)]
+    heap = [(0.0, r) for r in range(replicas)]
+    for unit in sorted(units, key=lambda u: (-u.work(per_request), u.start)):
+        load, r = heapq.heappop(heap)
+        bins[r].append(unit)
+        heapq.heappush(heap, (load + unit.work(per_request), r))
+    return bins
+
+
+def assign(
+    units: Sequence[Unit],
+    replicas: int,
+    split: Splitter,
+    *,
+    per_request: float = 0.0,
+    tolerance: float = 0.05,
+    max_splits: int | None = None,
+) -> Partition:
+    """Assign ``units`` to ``replicas`` by LPT, splitting the largest only while it helps.
+
+    The units are placed largest first on the least-loaded replica. While the
+    most-loaded replica holds more than ``(1 + tolerance)`` times the mean
+    load, the largest unit that can be split is replaced by its pieces
+    (``split``: sub-prefix runs, or rows when it has no deeper level) and
+    the units are placed again. A unit is never split when the placement is
+    already balanced, so prefix groups stay whole whenever they can.
+
+    Parameters
+    ----------
+    units : sequence of Unit
+        The prefix groups, in order.
+    replicas : int
+        Number of replicas (>= 1).
+    split : callable
+        How a unit splits (:data:`Splitter`).
+    per_request : float
+        Work of a request beyond its prompt characters.
+    tolerance : float
+        Imbalance accepted without splitting.
+    max_splits : int, optional
+        Most splits (default ``4 * replicas + 64``).
+
+    Examples
+    --------
+    Three equal groups of two rows on two replicas: one group is split (at a
+    sub-prefix or, having none, into rows) so that the loads match.
+
+    >>> units = [Unit(0, 2, ((1, 0, 10),), 20), Unit(2, 4, ((1, 2, 10),), 20),
+    ...          Unit(4, 6, ((1, 4, 10),), 20)]
+    >>> def rows(u):
+    ...     if len(u) == 1:
+    ...         return None
+    ...     one = u.rest // len(u)
+    ...     return tuple(Unit(i, i + 1, u.chain, one) for i in range(u.start, u.stop)), False
+    >>> p = assign(units, 2, rows)
+    >>> p.loads, p.row_splits
+    ((50.0, 50.0), 1)
+    """
+    if replicas < 1:
+        msg = f"replicas must be at least 1, got {replicas}"
+        raise ValueError(msg)
+    limit = 4 * replicas + 64 if max_splits is None else max_splits
+    current = list(units)
+    done: set[int] = set()  # ids of units that cannot be split
+    splits = row_splits = 0
+    while True:
+        bins = _lpt(current, replicas, per_request)
+        loads = [sum(u.work(per_request) for u in b) for b in bins]
+        mean = sum(loads) / replicas
+        if max(loads, default=0.0) <= (1 + tolerance) * mean or splits + row_splits >= limit:
+            break
+        candidates = sorted(
+            (u for u in current if len(u) > 1 and id(u) not in done),
+            key=lambda u: (-u.work(per_request), u.start),
+        )
+        pieces = None
+        for unit in candidates:
+            found = split(unit)
+            if found is None or len(found[0]) < 2:
+                done.add(id(unit))
+                continue
+            pieces, at_sub_prefix = found
+            if at_sub_prefix:
+                splits += 1
+            else:
+                row_splits += 1
+            current = [p for u in current for p in (pieces if u is unit else (u,))]
+            break
+        if pieces is None:
+            break
+    ordered = tuple(tuple(sorted(b, key=lambda u: u.start)) for b in bins)
+    return Partition(ordered, tuple(loads), per_request, splits, row_splits)
+
+
+def _head(requests: Sequence[Request]) -> int:
+    """Characters of the instruction block every request starts with."""
+    first = requests[0]
+    return first.prefix[0][0] if first.prefix else 0
+
+
+def _level(request: Request, depth: int) -> int | None:
+    """The end of ``request``'s prefix level ``depth``, if it has one."""
+    return request.prefix[depth][0] if len(request.prefix) > depth else None
+
+
+def _run_unit(
+    requests: Sequence[Request],
+    start: int,
+    stop: int,
+    parent: Unit | None,
+    *,
+    depth: int,
+    head: int,
+) -> Unit:
+    """The unit of ``requests[start:stop]``, sharing level ``depth`` when it has two or more."""
+    chain = parent.chain if parent is not None else ()
+    base = head + sum(c for _, _, c in chain)
+    if stop - start >= 2:
+        end = _level(requests[start], depth)
+        if end is not None and end > base:
+            chain = (*chain, (depth, start, end - base))
+            base = end
+    rest = sum(len(requests[i].prompt) for i in range(start, stop)) - base * (stop - start)
+    reuse = sum(
+        max(0, _common_end(requests[i - 1], requests[i]) - base) for i in range(start + 1, stop)
+    )
+    return Unit(start, stop, chain, rest, reuse)
+
+
+def _common_end(a: Request, b: Request) -> int:
+    """The end of the deepest prefix level ``a`` and ``b`` share (0: none)."""
+    for depth in range(min(len(a.prefix), len(b.prefix)) - 1, -1, -1):
+        if _same_level(a, b, depth):
+            return a.prefix[depth][0]
+    return 0
+
+
+def _same_level(a: Request, b: Request, depth: int) -> bool:
+    end = _level(a, depth)
+    return end is not None and end == _level(b, depth) and a.prompt[:end] == b.prompt[:end]
+
+
+def request_splitter(requests: Sequence[Request]) -> Splitter:
+    """How a unit of ``requests`` splits: into runs at its next prefix level, else rows.
+
+    The runs are those of ``Request.prefix``: consecutive requests whose
+    prompts share the next level's prefix. A request that shares that level
+    with no neighbour becomes a unit of its own.
+    """
+    head = _head(requests) if requests else 0
+
+    def split(unit: Unit) -> tuple[tuple[Unit, ...], bool] | None:
+        if len(unit) < 2:
+            return None
+        depth = unit.depth + 1
+        pieces: list[Unit] = []
+        start = unit.start
+        deeper = False
+        for i in range(unit.start + 1, unit.stop + 1):
+            if i < unit.stop and _same_level(requests[i - 1], requests[i], depth):
+                continue
+            deeper = deeper or i - start >= 2
+            pieces.append(_run_unit(requests, start, i, unit, depth=depth, head=head))
+            start = i
+        if deeper and len(pieces) >= 2:
+            return tuple(pieces), True
+        if deeper:  # one run covering the unit: its deeper level is shared by all of it
+            return split(pieces[0])
+        rows = tuple(
+            _run_unit(requests, i, i + 1, unit, depth=depth, head=head) for i in range(*_span(unit))
+        )
+        return rows, False
+
+    return split
+
+
+def _span(unit: Unit) -> tuple[int, int]:
+    return unit.start, unit.stop
+
+
+def plan_units(requests: Sequence[Request], groups: Sequence[PrefixGroup]) -> list[Unit]:
+    """The prefix groups of a plan as units (a group of two or more shares its first level).
+
+    ``requests`` and ``groups`` are a :class:`~semframe.core.plan.Plan`'s (or
+    the part of one still to send, :func:`semframe.runtime.execute.unanswered`).
+    """
+    if not requests:
+        return []
+    head = _head(requests)
+    units = []
+    for g in groups:
+        shared = all(_same_level(requests[g.start], requests[i], 1) for i in range(g.start, g.stop))
+        depth = 1 if shared else 0
+        units.append(_run_unit(requests, g.start, g.stop, None, depth=depth, head=head))
+    return units
+
+
+def partition(
+    requests: Sequence[Request],
+    groups: Sequence[PrefixGroup],
+    replicas: int,
+    *,
+    per_request: float = 0.0,
+    tolerance: float = 0.05,
+) -> Partition:
+    """Assign a plan's requests to ``replicas``, prefix groups kept whole where they can be.
+
+    The plan is planned once (its order is GGR's); each prefix group is a
+    unit whose work is its shared prefix (prefilled once) plus its rows'
+    own characters and ``per_request`` each. Units go largest first to the
+    least-loaded replica (LPT); while the loads differ by more than
+    ``tolerance``, the largest group is split at its next prefix level
+    (``Request.prefix``), and row by row only when it has none
+    (:func:`assign`).
+
+    Parameters
+    ----------
+    requests : sequence of Request
+        In plan order (``Plan.requests``).
+    groups : sequence of PrefixGroup
+        ``Plan.groups``.
+    replicas : int
+        Number of replicas (>= 1).
+    per_request : float
+        Work of one request beyond its prompt (in characters).
+    tolerance : float
+        Imbalance accepted without splitting a group.
+
+    Examples
+    --------
+    >>> from semframe.core.ordering import Ordering
+    >>> from semframe.core.parse import TEXT
+    >>> from semframe.core.plan import RelQuery, make_plan
+    >>> from semframe.core.table import Table
+    >>> from semframe.core.template import parse_template
+    >>> t = Table.from_columns({"movie": ["A", "A", "B", "B", "C", "C"],
+    ...                         "review": ["a1", "a2", "b1", "b2", "c1", "c2"]})
+    >>> rq = RelQuery("map", parse_template("Rate {review} of {movie}"), t, TEXT)
+    >>> plan = make_plan(rq, Ordering.identity(6, ("movie", "review")), "none")
+    >>> p = partition(plan.requests, plan.groups, 3)
+    >>> p.shards
+    ((0, 1), (2, 3), (4, 5))
+    """
+    units = plan_units(requests, groups)
+    return assign(
+        units, replicas, request_splitter(requests), per_request=per_request, tolerance=tolerance
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheFigures:
+    """What each replica's prefix cache serves under a partition (characters).
+
+    Attributes
+    ----------
+    prompt : tuple of int
+        Prompt characters per replica.
+    cached : tuple of int
+        Of those, characters served from the replica's prefix cache.
+    """
+
+    prompt: tuple[int, ...]
+    cached: tuple[int, ...]
+
+    @property
+    def cached_share(self) -> float:
+        """Cached characters over prompt characters, all replicas together."""
+        total = sum(self.prompt)
+        return sum(self.cached) / total if total else 0.0
+
+
+def replica_cache(units: Sequence[Sequence[Unit]], head: int) -> CacheFigures:
+    """Prompt and cached characters per replica, each replica's cache holding every prefix.
+
+    A replica pays the instruction block (``head`` characters) once, each
+    prefix level of ``Unit.chain`` the first time one of its units carries
+    it, and every request's own characters; the rest is served from its
+    cache. A prefix split across replicas is paid once on each of them.
+
+    Examples
+    --------
+    >>> a, b = Unit(0, 2, ((1, 0, 10),), 6), Unit(2, 4, ((1, 0, 10),), 6)
+    >>> replica_cache([[a, b]], head=4).cached, replica_cache([[a], [b]], head=4).cached
+    ((42,), (14, 14))
+    """
+    prompt: list[int] = []
+    cached: list[int] = []
+    for mine in units:
+        seen: set[tuple[int, int]] = set()
+        total = paid = 0
+        for unit in mine:
+            total += len(unit) * (head + unit.shared) + unit.rest
+            paid += unit.rest - unit.reuse
+            for depth, start, chars in unit.chain:
+                if (depth, start) not in seen:
+                    seen.add((depth, start))
+                    paid += chars
+        if mine:
+            paid += head
+        prompt.append(total)
+        cached.append(total - paid)
+    return CacheFigures(tuple(prompt), tuple(cached))

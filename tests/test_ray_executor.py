@@ -1,0 +1,248 @@
+"""executor="ray" on a local 2-CPU Ray cluster: same answers, order kept, faults survived.
+
+One Ray cluster serves the whole module (starting one takes seconds); the
+replicas are reused between tests whose settings match. Backends registered
+here travel to the replicas with their factory (this module is pickled by
+value, since the replicas cannot import it).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pandas as pd
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import semframe
+from semframe.backends import BACKENDS, register_backend, reset_backends
+from semframe.backends.fake import FakeBackend
+from semframe.errors import ConfigError
+from semframe.testing.emulator import Latency, ProviderEmulator, default_responder
+
+ray = pytest.importorskip("ray")
+
+from semframe.runtime import ray_executor  # noqa: E402
+
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+RAY = {"executor": "ray", "replicas": 2, "ray_num_cpus": 0.5}
+TEMPLATE = "Summarize {review} of {movie}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> Iterator[None]:
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray_executor.shutdown_replicas()
+    ray.shutdown()
+    reset_backends()
+    gc.collect()  # clients of this module's runs are closed here, not in a later test
+
+
+def _movies(n: int, movies: int = 5) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "movie": [f"movie number {i % movies} with a longer title" for i in range(n)],
+            "review": [f"review {i}: a fine film" for i in range(n)],
+        }
+    )
+
+
+def _pid_backend(model: str | None, settings: object) -> FakeBackend:
+    """A fake backend answering with the process it runs in (which replica answered)."""
+    return FakeBackend(lambda request: f"pid {os.getpid()}", model=model or "pid")
+
+
+def test_same_results_as_the_in_process_executor() -> None:
+    df = _movies(30)
+    df.index = [i % 7 for i in range(30)]  # duplicated labels
+    local = df.llm.map(TEMPLATE, backend="fake", cache=False)
+    remote = df.llm.map(TEMPLATE, backend="fake", cache=False, **RAY)
+    pd.testing.assert_frame_equal(local, remote)
+    stats = semframe.last_run()
+    assert stats is not None and len(stats.replicas) == 2
+    assert sum(r.rows for r in stats.replicas) == 30
+    assert all(r.rows > 0 for r in stats.replicas)
+    assert stats.prompt_tokens == sum(r.prompt_tokens for r in stats.replicas)
+    assert stats.cached_tokens == sum(r.cached_tokens for r in stats.replicas)
+    assert "on 2 Ray replicas" in repr(stats)
+    kept = df.llm.filter("Is {review} of {movie} good?", backend="fake", cache=False, **RAY)
+    pd.testing.assert_frame_equal(
+        kept, df.llm.filter("Is {review} of {movie} good?", backend="fake", cache=False)
+    )
+
+
+frames = st.lists(
+    st.tuples(st.sampled_from(["Alien", "Heat", "Up"]), st.text("abc", max_size=4)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames, st.booleans())
+def test_order_and_index_restored(rows: list[tuple[str, str]], polars: bool) -> None:
+    data = {"movie": [m for m, _ in rows], "review": [r for _, r in rows]}
+    if polars:
+        frame = pl.DataFrame(data)
+        got = frame.llm.map(TEMPLATE, backend="fake", cache=False, **RAY)
+        want = frame.llm.map(TEMPLATE, backend="fake", cache=False)
+        assert got.equals(want)
+    else:
+        df = pd.DataFrame(data, index=[i // 2 for i in range(len(rows))][::-1])
+        got_pd = df.llm.map(TEMPLATE, backend="fake", cache=False, **RAY)
+        pd.testing.assert_frame_equal(got_pd, df.llm.map(TEMPLATE, backend="fake", cache=False))
+        assert list(got_pd.index) == list(df.index)
+
+
+def test_each_prefix_group_is_answered_by_one_replica() -> None:
+    register_backend("pid", _pid_backend)
+    df = _movies(24, movies=6)
+    out = df.llm.map(TEMPLATE, backend="pid", cache=False, **RAY)
+    by_movie = out.groupby("movie")["llm_output"].nunique()
+    assert (by_movie == 1).all(), by_movie
+    assert out["llm_output"].nunique() == 2  # both replicas answered
+    stats = semframe.last_run()
+    assert stats is not None and {r.rows for r in stats.replicas} == {12}
+
+
+def test_the_result_cache_is_written_by_the_driver_and_resumes() -> None:
+    df = _movies(20)
+    first = df.iloc[:12].llm.map(TEMPLATE, backend="fake", **RAY)
+    whole = df.llm.map(TEMPLATE, backend="fake", **RAY)
+    pd.testing.assert_frame_equal(whole.iloc[:12], first)
+    stats = semframe.last_run()
+    assert stats is not None
+    assert stats.cache_hits == 12
+    assert sum(r.rows for r in stats.replicas) == 8
+    again = df.llm.map(TEMPLATE, backend="fake", **RAY)  # served whole, Ray not asked
+    pd.testing.assert_frame_equal(again, whole)
+    assert semframe.last_run().cache_hits == 20  # type: ignore[union-attr]
+
+
+def _kill_when(condition: object, replica: int) -> threading.Thread:
+    def watch() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if condition():  # type: ignore[operator]
+                actors = ray_executor.live_replicas()
+                ray.kill(actors[replica])
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_killed_replica_loses_no_row_and_rebills_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    received: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def counting(provider: str, model: str, prompt: str, schema: object) -> str:
+        with lock:
+            received[prompt] += 1
+        return default_responder(provider, model, prompt, schema)  # type: ignore[arg-type]
+
+    df = _movies(40, movies=8)
+    with ProviderEmulator(responder=counting, latency=Latency(fixed_s=0.03)) as emu:
+        settings = {
+            "backend": "openai",
+            "base_url": emu.openai_url,
+            "cache": False,
+            "max_concurrency": 2,  # one request in flight per replica
+            **RAY,
+        }
+        want = df.llm.map(TEMPLATE, **{**settings, "executor": "local"})
+        emu.ledger.reset()
+        received.clear()
+        ray_executor.shutdown_replicas()
+        watcher = _kill_when(lambda: len(emu.ledger) >= 10, replica=0)
+        got = df.llm.map(TEMPLATE, **settings)
+        watcher.join()
+        pd.testing.assert_frame_equal(got, want)
+        stats = semframe.last_run()
+        assert stats is not None
+        assert stats.replicas[0].died and not stats.replicas[1].died
+        assert sum(r.rows for r in stats.replicas) == 40
+        billed = len(emu.ledger)
+        # Each replica had at most one request in flight and one answer on its way when
+        # it was killed: only those can be sent twice; every answered row is billed once.
+        assert 40 <= billed <= 42
+        assert max(received.values()) <= 2
+        assert sum(c - 1 for c in received.values()) == billed - 40
+        assert stats.requests == 40  # the driver counts the answers it received
+        reset_backends("openai")  # close the in-process run's connections to the emulator
+
+
+def test_a_killed_fake_replica_hands_its_rows_to_the_other() -> None:
+    register_backend(
+        "slow",
+        lambda model, settings: FakeBackend(model=model or "slow", delay=0.05),
+    )
+    df = _movies(60, movies=6)
+    want = df.llm.map(TEMPLATE, backend="fake", cache=False)
+    settings = {"backend": "slow", "model": "fake-model", "cache": False, **RAY}
+    df.iloc[:2].llm.map(TEMPLATE, **settings)  # the replicas are up
+    started = time.monotonic()
+    watcher = _kill_when(lambda: time.monotonic() - started > 0.5, replica=1)
+    got = df.llm.map(TEMPLATE, **settings)  # 30 rows each, 0.05 s a row
+    watcher.join()
+    pd.testing.assert_frame_equal(got, want)
+    stats = semframe.last_run()
+    assert stats is not None and stats.replicas[1].died
+    assert stats.replicas[0].rows + stats.replicas[1].rows == 60
+
+
+def test_bad_input_fails_before_anything_is_sent(fake: FakeBackend) -> None:
+    df = _movies(4)
+    with pytest.raises(ConfigError, match="replicas"):
+        df.llm.map(TEMPLATE, backend="fake", executor="ray", replicas=0)
+    with pytest.raises(ConfigError, match=r"ray_num_gpus=1 GPU\(s\).*largest node"):
+        df.llm.map(TEMPLATE, backend="fake", executor="ray", ray_num_gpus=1)
+    with pytest.raises(ConfigError, match=r"replicas=8 x ray_num_cpus=1 needs 8 CPU"):
+        df.llm.map(TEMPLATE, backend="fake", executor="ray", replicas=8)
+    with pytest.raises(ConfigError, match="cannot reach the Ray cluster"):
+        df.llm.map(TEMPLATE, backend="fake", executor="ray", ray_address="127.0.0.1:9")
+    with pytest.raises(ConfigError, match="not an address"):
+        df.llm.map(TEMPLATE, backend="fake", executor="ray", ray_address="nowhere")
+    assert fake.history == []
+
+
+def test_settings_come_from_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert semframe.config()["executor"] == "local"
+    monkeypatch.setenv("SEMFRAME_EXECUTOR", "ray")
+    monkeypatch.setenv("SEMFRAME_REPLICAS", "3")
+    cfg = semframe.config()
+    assert (cfg["executor"], cfg["replicas"]) == ("ray", 3)
+    assert cfg.sources["replicas"] == "SEMFRAME_REPLICAS"
+    with semframe.using(replicas=2, ray_num_cpus=0.5):
+        assert semframe.config()["replicas"] == 2
+    with pytest.raises(ConfigError, match="executor"):
+        semframe.configure(executor="dask")
+    assert BACKENDS["fake"] is not None
+
+
+def test_a_new_replica_count_starts_a_new_pool() -> None:
+    df = _movies(8)
+    df.llm.map(TEMPLATE, backend="fake", cache=False, **{**RAY, "replicas": 1})
+    assert len(semframe.last_run().replicas) == 1  # type: ignore[union-attr]
+    df.llm.map(TEMPLATE, backend="fake", cache=False, **RAY)
+    assert len(semframe.last_run().replicas) == 2  # type: ignore[union-attr]
+    assert len(ray_executor.live_replicas()) == 2
