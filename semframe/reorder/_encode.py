@@ -43,6 +43,11 @@ class Encoded:
         The sorted distinct values of each column.
     lengths : tuple of ndarray of int64
         ``lengths[j][k]`` is the length of ``values[j][k]`` (characters or tokens).
+    labels : tuple of int
+        Length of column ``j``'s label in a prompt segment ``f"{column}: {value}\\n"``
+        (``len(column) + 3`` characters, or the tokenizer's count of
+        ``f"{column}: \\n"``); a segment is ``lengths[j][k] + labels[j]`` long.
+        Derived in characters when not given.
     n_columns : int
         Number of columns (derived).
     cardinalities : tuple of int
@@ -56,6 +61,7 @@ class Encoded:
     codes: IntArray
     values: tuple[tuple[str, ...], ...]
     lengths: tuple[IntArray, ...]
+    labels: tuple[int, ...] = ()
     n_columns: int = field(init=False)
     cardinalities: tuple[int, ...] = field(init=False)
     value_counts: tuple[IntArray, ...] = field(init=False, repr=False)
@@ -63,6 +69,8 @@ class Encoded:
     def __post_init__(self) -> None:
         # Derived once: the solvers read them in their inner loops.
         object.__setattr__(self, "n_columns", len(self.columns))
+        if len(self.labels) != len(self.columns):
+            object.__setattr__(self, "labels", tuple(len(c) + 3 for c in self.columns))
         object.__setattr__(self, "cardinalities", tuple(len(v) for v in self.values))
         counts = tuple(
             np.bincount(self.codes[j], minlength=len(v)).astype(np.int64)
@@ -117,7 +125,8 @@ def encode(table: Table, tokenizer: Tokenizer | None = None) -> Encoded:
         uniq, codes[j] = _factorize(cells)
         values.append(uniq)
         lengths.append(_measure(uniq, tokenizer))
-    return Encoded(columns, n, codes, tuple(values), tuple(lengths))
+    labels = tuple(len(c) + 3 if tokenizer is None else int(tokenizer(f"{c}: \n")) for c in columns)
+    return Encoded(columns, n, codes, tuple(values), tuple(lengths), labels)
 
 
 def to_table(frame: object, columns: Sequence[str] | None = None) -> Table:

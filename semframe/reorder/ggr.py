@@ -26,6 +26,12 @@ What semframe adds to the paper's greedy:
 - **High-cardinality columns** (more than ``high_cardinality * n`` distinct
   values) stay out of the recursion and go last, ordered by statistics; they
   are recursed into only where every other column is already in the prefix.
+- **Two scores; the objective decides.** ``len(v)`` above is the value's
+  length (``weigh="value"``, the paper's) or the length of the prompt segment
+  that carries it, ``f"{column}: {value}\\n"`` (``weigh="segment"``), which
+  counts a short value under a long label as the prompt does. Neither is right
+  on every table, so by default (``weigh="best"``) both run and the order
+  whose prompts a cache serves more of, in segment units, is kept.
 - **Table-statistics early stop.** Where ``max_depth`` or ``max_groups`` is
   reached, or no group scores above ``min_hitcount``, the remaining rows get the
   statistics field order (:mod:`semframe.reorder.stats`) and a lexicographic
@@ -71,6 +77,9 @@ from semframe.reorder.trie import depth_first
 
 DEFAULT_HIGH_CARDINALITY = 0.9
 """Columns with more than this share of distinct values stay out of the recursion."""
+
+WEIGHS = ("best", "value", "segment")
+"""Valid ``weigh`` values: how a value's length enters its group's score."""
 
 DEFAULT_LOOKAHEAD_CELLS = 64
 """Sub-tables up to this many cells are solved with a one-step lookahead."""
@@ -131,6 +140,7 @@ class _Solver:
         max_groups: int | None,
         min_hitcount: float,
         lookahead_cells: int,
+        weigh: str = "value",
     ) -> None:
         self.enc = enc
         self.max_depth = max_depth
@@ -155,6 +165,8 @@ class _Solver:
         col_of = np.zeros(start, dtype=np.int64)
         for j in range(m):
             lengths = enc.lengths[j].astype(np.float64)
+            if weigh == "segment":
+                lengths = lengths + enc.labels[j]
             sq[offsets[j] : offsets[j] + cards[j]] = lengths * lengths
             col_of[offsets[j] : offsets[j] + cards[j]] = j
         self.sq: FloatArray = sq
@@ -649,7 +661,12 @@ def _check_params(
     min_hitcount: float,
     high_cardinality: float | None,
     lookahead_cells: int,
+    *,
+    weigh: str = "best",
 ) -> None:
+    if weigh not in WEIGHS:
+        msg = f"weigh must be one of {', '.join(map(repr, WEIGHS))}, got {weigh!r}."
+        raise ConfigError(msg)
     if not isinstance(lookahead_cells, int) or lookahead_cells < 0:
         msg = f"lookahead_cells must be an int >= 0, got {lookahead_cells!r}."
         raise ConfigError(msg)
@@ -695,29 +712,52 @@ def assemble_depth_first(
     runs back to back (:func:`semframe.reorder.trie.depth_first`): the
     previous-prompt hit rate then equals the unbounded one.
     """
-    blocks = [(rows, order) for rows, order in blocks if rows.size]
-    if not blocks:
-        return Ordering((), ())
-    order_ids: dict[tuple[int, ...], int] = {}
-    block_order = np.fromiter(
-        (order_ids.setdefault(order, len(order_ids)) for _, order in blocks),
-        dtype=np.int64,
-        count=len(blocks),
-    )
-    sizes = np.fromiter((rows.size for rows, _ in blocks), dtype=np.int64, count=len(blocks))
-    row_order = np.repeat(block_order, sizes)
-    rows_all = np.concatenate([rows for rows, _ in blocks])
-    orders = np.array(list(order_ids), dtype=np.int64).reshape(len(order_ids), enc.n_columns)
-    offsets = np.zeros(enc.n_columns, dtype=np.int64)
-    if enc.n_columns:
-        offsets[1:] = np.cumsum(enc.cardinalities[:-1])
-    columns = orders[row_order]
-    segments = enc.codes[columns, rows_all[:, None]] + offsets[columns]
-    perm = depth_first(segments)
-    names = [tuple(enc.columns[j] for j in order) for order in order_ids]
-    return Ordering(
-        tuple(rows_all[perm].tolist()), tuple(names[i] for i in row_order[perm].tolist())
-    )
+    return _DepthFirst(enc, blocks).ordering()
+
+
+class _DepthFirst:
+    """Blocks of rows put in depth-first order, with their prompts' segment codes."""
+
+    def __init__(self, enc: Encoded, blocks: Sequence[tuple[IntArray, tuple[int, ...]]]) -> None:
+        self.enc = enc
+        blocks = [(rows, order) for rows, order in blocks if rows.size]
+        order_ids: dict[tuple[int, ...], int] = {}
+        block_order = np.fromiter(
+            (order_ids.setdefault(order, len(order_ids)) for _, order in blocks),
+            dtype=np.int64,
+            count=len(blocks),
+        )
+        sizes = np.fromiter((rows.size for rows, _ in blocks), dtype=np.int64, count=len(blocks))
+        row_order = np.repeat(block_order, sizes)
+        rows_all = np.concatenate([rows for rows, _ in blocks]) if blocks else np.zeros(0, np.int64)
+        m = enc.n_columns
+        orders = np.array(list(order_ids), dtype=np.int64).reshape(len(order_ids), m)
+        self.offsets = np.zeros(m, dtype=np.int64)
+        if m:
+            self.offsets[1:] = np.cumsum(enc.cardinalities[:-1])
+        columns = orders[row_order]
+        segments = enc.codes[columns, rows_all[:, None]] + self.offsets[columns]
+        perm = depth_first(segments)
+        self.segments = segments[perm]
+        self.rows = rows_all[perm]
+        self.order_of = row_order[perm]
+        self.names = [tuple(enc.columns[j] for j in order) for order in order_ids]
+
+    def ordering(self) -> Ordering:
+        names = self.names
+        return Ordering(tuple(self.rows.tolist()), tuple(names[i] for i in self.order_of.tolist()))
+
+    def served(self) -> int:
+        """Segment units (characters or tokens) a previous-prompt cache serves."""
+        s = self.segments
+        if s.shape[0] < 2 or s.shape[1] == 0:
+            return 0
+        enc = self.enc
+        units = np.concatenate(
+            [lengths + label for lengths, label in zip(enc.lengths, enc.labels, strict=True)]
+        ).astype(np.int64)
+        hits = np.logical_and.accumulate(s[1:] == s[:-1], axis=1)
+        return int(units[s[1:][hits]].sum())
 
 
 def ggr_encoded(
@@ -730,9 +770,12 @@ def ggr_encoded(
     min_hitcount: float = 0.0,
     high_cardinality: float | None = DEFAULT_HIGH_CARDINALITY,
     lookahead_cells: int = DEFAULT_LOOKAHEAD_CELLS,
+    weigh: str = "best",
 ) -> Ordering:
     """GGR on an encoded table, with ``fds`` (column index pairs) and discovered FDs."""
-    _check_params(max_depth, max_groups, min_hitcount, high_cardinality, lookahead_cells)
+    _check_params(
+        max_depth, max_groups, min_hitcount, high_cardinality, lookahead_cells, weigh=weigh
+    )
     if enc.n_rows == 0:
         return Ordering((), ())
     if enc.n_columns == 0:
@@ -744,16 +787,24 @@ def ggr_encoded(
         # Discovery compares every pair of columns; on very wide tables it is
         # skipped (FDs only sharpen the scores, the ordering stays valid).
         effective = list(dict.fromkeys([*effective, *fd_pairs(enc, layout.rec)]))
-    solver = _Solver(
-        enc,
-        layout,
-        effective,
-        max_depth=max_depth,
-        max_groups=max_groups,
-        min_hitcount=float(min_hitcount),
-        lookahead_cells=lookahead_cells,
-    )
-    return assemble_depth_first(enc, [(e.rows, e.fields) for e in solver.run()])
+    results: list[_DepthFirst] = []
+    for w in ("value", "segment") if weigh == "best" else (weigh,):
+        solver = _Solver(
+            enc,
+            layout,
+            effective,
+            max_depth=max_depth,
+            max_groups=max_groups,
+            min_hitcount=float(min_hitcount),
+            lookahead_cells=lookahead_cells,
+            weigh=w,
+        )
+        results.append(_DepthFirst(enc, [(e.rows, e.fields) for e in solver.run()]))
+    if len(results) == 1:
+        return results[0].ordering()
+    # The objective decides between the two scores: the prompt units served.
+    best = max(results, key=lambda r: r.served())  # the first ("value") on a tie
+    return best.ordering()
 
 
 def ggr(
@@ -768,6 +819,7 @@ def ggr(
     high_cardinality: float | None = DEFAULT_HIGH_CARDINALITY,
     lookahead_cells: int = DEFAULT_LOOKAHEAD_CELLS,
     tokenizer: Tokenizer | None = None,
+    weigh: str = "best",
 ) -> Ordering:
     """Reorder rows and per-row fields with Greedy Group Recursion.
 
@@ -805,6 +857,14 @@ def ggr(
         alone. ``0`` runs the paper's plain greedy everywhere.
     tokenizer : callable, optional
         Token count of a string: lengths are tokens instead of characters.
+    weigh : {"best", "value", "segment"}
+        How a value's length enters its group's score: ``"value"`` squares the
+        value's own length (the paper's PHC); ``"segment"`` squares the length
+        of the prompt segment that carries it, label included
+        (``f"{column}: {value}\\n"``), which weighs short values under long
+        labels (a rating) the way the prompt does. Neither is right on every
+        table: ``"best"`` (default) runs both and keeps the order whose prompts
+        a cache serves more of, counted in segment units.
 
     Returns
     -------
@@ -839,4 +899,5 @@ def ggr(
         min_hitcount=min_hitcount,
         high_cardinality=high_cardinality,
         lookahead_cells=lookahead_cells,
+        weigh=weigh,
     )
