@@ -62,6 +62,7 @@ __all__ = [
     "attempts",
     "execute",
     "interrupted_message",
+    "lost_prompt_tokens",
     "run_stats",
     "unanswered",
 ]
@@ -262,6 +263,17 @@ def attempts(
         return Outcome(value, raw, None, note, tries, result.tokens)
 
 
+def lost_prompt_tokens(backend: Backend, request: Request) -> int:
+    """Prompt tokens to charge for a request whose answer was lost: content and chat framing.
+
+    Framed as OpenAI frames a message (its role's tokens included): on the
+    high side for a provider that frames with fewer.
+    """
+    texts = [request.prompt] if request.system is None else [request.prompt, request.system]
+    framing = (MESSAGE_OVERHEAD + ROLE_TOKENS) * len(texts) + REPLY_PRIMING
+    return sum(backend.count_tokens(texts)) + framing
+
+
 def execute(
     plan: Plan,
     backend: Backend,
@@ -397,14 +409,7 @@ def execute(
             bar.update(totals.done, 0, 0, 0)
 
     def charge(request: Request) -> int:
-        """Prompt tokens of a request whose answer was lost: content and chat framing.
-
-        Framed as OpenAI frames a message (its role's tokens included): on the
-        high side for a provider that frames with fewer.
-        """
-        texts = [request.prompt] if request.system is None else [request.prompt, request.system]
-        framing = (MESSAGE_OVERHEAD + ROLE_TOKENS) * len(texts) + REPLY_PRIMING
-        return sum(backend.count_tokens(texts)) + framing
+        return lost_prompt_tokens(backend, request)
 
     should_stop = None
     if stop_when is not None:

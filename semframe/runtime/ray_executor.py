@@ -13,8 +13,11 @@ plan order (the caller's order is restored by :func:`~semframe.runtime.call.run_
 
 Faults: a replica that dies mid-run (its actor killed, its node lost) has
 its unanswered requests partitioned again over the replicas still alive;
-rows whose answers reached the driver are never sent again. A driver killed
-mid-run resumes from the result cache.
+rows whose answers reached the driver are never sent again. Where the backend
+bills (``Backend.endpoint`` set), what the dead replica may have had in flight
+(:func:`in_flight_window`) is charged as unconfirmed (``RunStats.unconfirmed``),
+as a lost answer is in process. A driver killed mid-run resumes from the
+result cache.
 
 Rate limits: replicas that reach one endpoint (an API account, a vLLM
 server: ``Backend.endpoint`` set) share its limits: ``max_concurrency``,
@@ -61,6 +64,7 @@ from semframe.runtime.execute import (
     Totals,
     execute,
     interrupted_message,
+    lost_prompt_tokens,
     run_stats,
     serve_from_cache,
     unanswered,
@@ -76,6 +80,7 @@ __all__ = [
     "Replica",
     "connect",
     "execute_ray",
+    "in_flight_window",
     "live_replicas",
     "replica_settings",
     "require_ray",
@@ -658,6 +663,8 @@ def execute_ray(
     try:
         if pool is not None:
             run = _Run(ray, plan, pool.actors, alive=list(range(replicas)))
+            # What a replica may have in flight (sent, the answer not streamed back).
+            window = in_flight_window(settings, backend, replicas)
             run.dispatch([r.id for r in send.requests])
             while run.active:
                 try:
@@ -692,8 +699,11 @@ def execute_ray(
                     tally.died = True
                     if job.replica in run.alive:
                         run.alive.remove(job.replica)
+                    left = [i for i in job.ids if outcomes[i] is None]
+                    if backend.endpoint:
+                        _charge_lost(totals, backend, [plan.requests[i] for i in left], window)
                     if not stopped:
-                        run.dispatch([i for i in job.ids if outcomes[i] is None])
+                        run.dispatch(left)
                 elif kind == "error":
                     run.stop()
                     error = _unwrap(cast(BaseException, payload))
@@ -749,6 +759,36 @@ def execute_ray(
         stop.stats = stats
         raise stop
     return done, stats
+
+
+def in_flight_window(settings: ResolvedConfig, backend: Backend, replicas: int) -> int:
+    """Requests a replica may have sent whose answers the driver has not received.
+
+    Its share of ``max_concurrency`` in flight, plus one answer it may have
+    received but not yet streamed back.
+
+    Examples
+    --------
+    >>> from semframe.backends.fake import FakeBackend
+    >>> from semframe.config import config
+    >>> in_flight_window(config(max_concurrency=8), FakeBackend(), 2)
+    9
+    """
+    cap = replica_settings(settings, backend, replicas)["max_concurrency"]
+    return int(cap or backend.capabilities.max_concurrency) + 1
+
+
+def _charge_lost(totals: Totals, backend: Backend, left: Sequence[Request], window: int) -> None:
+    """Charge what a dead replica may have had in flight, as unconfirmed.
+
+    The provider may have billed requests the replica sent before it died;
+    no answer will report them. Its first ``window`` unanswered requests are
+    charged the way the in-process path charges a lost answer
+    (:meth:`Totals.lost`): on the high side, never missing a billed one. They
+    are sent again to the live replicas.
+    """
+    for request in left[:window]:
+        totals.lost(lost_prompt_tokens(backend, request), request.max_tokens)
 
 
 def _count(totals: Totals, tally: _Tally, answer: Answer, start: float) -> None:
