@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -60,7 +60,9 @@ __all__ = [
     "StopWhen",
     "Totals",
     "attempts",
+    "count_answered",
     "execute",
+    "interrupted",
     "interrupted_message",
     "lost_prompt_tokens",
     "run_stats",
@@ -517,18 +519,12 @@ def execute(
             )
     except RunAborted as exc:
         exc.outcomes = plan.restore(outcomes)
-        exc.answered = sum(1 for o in outcomes if o is not None and o.error_kind is None)
+        exc.answered = count_answered(outcomes)
         exc.args = (f"{exc.args[0]} ({exc.answered} of {n} rows had been answered)",)
         raise
     except KeyboardInterrupt as exc:
-        answered = sum(1 for o in outcomes if o is not None and o.error_kind is None)
-        raise RunInterrupted(
-            interrupted_message(
-                answered, n, stored=cache is not None, in_flight=in_flight.waiting()[0]
-            ),
-            answered=answered,
-            outcomes=plan.restore(outcomes),
-            stored=cache is not None,
+        raise interrupted(
+            plan, outcomes, stored=cache is not None, in_flight=in_flight.waiting()[0]
         ) from exc
     finally:
         if bar is not None:
@@ -540,7 +536,7 @@ def execute(
     stats = run_stats(plan, backend, totals, start, workers, batch=False)
     record_run(stats)
     if refused or (halted and len(done) != n):
-        answered = sum(1 for o in done if o.error_kind is None)
+        answered = count_answered(done)
         not_retried = sum(1 for o in done if o.error_kind == "budget")
         stop = BudgetExceeded(
             f"stopped after {answered} of {n} requests were answered: the budget hook said "
@@ -554,6 +550,24 @@ def execute(
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
     return done, stats
+
+
+def count_answered(outcomes: Iterable[Outcome | None]) -> int:
+    """How many of ``outcomes`` are answers: a final outcome without an error."""
+    return sum(1 for o in outcomes if o is not None and o.error_kind is None)
+
+
+def interrupted(
+    plan: Plan, outcomes: Sequence[Outcome | None], *, stored: bool, in_flight: int = 0
+) -> RunInterrupted:
+    """What Ctrl-C raises: the answers so far, in the caller's order, and how to resume."""
+    answered = count_answered(outcomes)
+    return RunInterrupted(
+        interrupted_message(answered, len(outcomes), stored=stored, in_flight=in_flight),
+        answered=answered,
+        outcomes=plan.restore(outcomes),
+        stored=stored,
+    )
 
 
 def interrupted_message(answered: int, rows: int, *, stored: bool, in_flight: int = 0) -> str:

@@ -56,14 +56,14 @@ from semframe.errors import (
     ConfigError,
     MissingDependencyError,
     RunAborted,
-    RunInterrupted,
     SemframeError,
 )
 from semframe.runtime.execute import (
     StopWhen,
     Totals,
+    count_answered,
     execute,
-    interrupted_message,
+    interrupted,
     lost_prompt_tokens,
     run_stats,
     serve_from_cache,
@@ -709,18 +709,10 @@ def execute_ray(
                     error = _unwrap(cast(BaseException, payload))
                     if isinstance(error, RunAborted):
                         error.outcomes = plan.restore(outcomes)
-                        error.answered = sum(
-                            1 for o in outcomes if o is not None and o.error_kind is None
-                        )
+                        error.answered = count_answered(outcomes)
                     raise error
     except KeyboardInterrupt as exc:
-        answered = sum(1 for o in outcomes if o is not None and o.error_kind is None)
-        raise RunInterrupted(
-            interrupted_message(answered, n, stored=cache is not None),
-            answered=answered,
-            outcomes=plan.restore(outcomes),
-            stored=cache is not None,
-        ) from exc
+        raise interrupted(plan, outcomes, stored=cache is not None) from exc
     finally:
         if bar is not None:
             bar.close()
@@ -750,7 +742,7 @@ def execute_ray(
         if not stopped:  # pragma: no cover - every job ends with all its outcomes
             msg = f"internal error: {n - len(done)} requests were never answered"
             raise SemframeError(msg)
-        answered = sum(1 for o in done if o.error_kind is None)
+        answered = count_answered(done)
         stop = BudgetExceeded(
             f"stopped after {answered} of {n} requests were answered: the budget hook said "
             f"stop ({n - len(done)} not sent; requests in flight were completed and kept)"
