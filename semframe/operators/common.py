@@ -35,6 +35,7 @@ __all__ = [
     "check_logprobs",
     "check_new_columns",
     "check_options",
+    "check_pair",
     "check_truncated_column",
     "compile_call",
     "compile_relquery",
@@ -371,4 +372,25 @@ def check_logprobs(settings: Mapping[str, Any], what: str) -> None:
             f"{backend.model!r}) does not report. Backends that can: "
             f"{', '.join(LOGPROB_BACKENDS)}."
         )
+        raise InputError(msg)
+
+
+def check_pair(op: str, left: Frame, right: Frame, suffix: object) -> None:
+    """The checks of a two-frame operator: same library, a usable ``suffix``.
+
+    Raises
+    ------
+    InputError
+        When the frames come from different libraries or ``suffix`` is not a
+        non-empty str.
+    """
+    if not left.same_library(right):
+        a, b = left.data, right.data
+        msg = (
+            f"{op} needs two frames of the same library; got {type(a).__module__}."
+            f"{type(a).__name__} and {type(b).__module__}.{type(b).__name__}."
+        )
+        raise InputError(msg)
+    if not isinstance(suffix, str) or not suffix:
+        msg = f"suffix must be a non-empty str, got {suffix!r}."
         raise InputError(msg)

@@ -36,7 +36,13 @@ from semframe.core.table import MISSING, Table
 from semframe.core.template import Placeholder, Template, parse_template
 from semframe.cost.estimate import Estimate
 from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
-from semframe.operators.common import apply_truncate, check_error_column, check_options, describe
+from semframe.operators.common import (
+    apply_truncate,
+    check_error_column,
+    check_options,
+    check_pair,
+    describe,
+)
 from semframe.operators.embed import embed_groups, index_for, top_k
 from semframe.runtime.call import Call, Runner
 from semframe.runtime.estimate import estimate_call
@@ -164,16 +170,7 @@ def compile_join(
     ``frame`` and ``other`` are DataFrames (or :class:`~semframe.core.frames.Frame`).
     """
     left, right = Frame.of(frame), Frame.of(other)
-    if not left.same_library(right):
-        a, b = left.data, right.data
-        msg = (
-            f"join needs two frames of the same library; got {type(a).__module__}."
-            f"{type(a).__name__} and {type(b).__module__}.{type(b).__name__}."
-        )
-        raise InputError(msg)
-    if not isinstance(suffix, str) or not suffix:
-        msg = f"suffix must be a non-empty str, got {suffix!r}."
-        raise InputError(msg)
+    check_pair("join", left, right, suffix)
     cfg = config(**settings)
     lcols, rcols = list(left.columns), list(right.columns)
     parsed = _qualify(parse_template(template), lcols, rcols)

@@ -42,7 +42,7 @@ from semframe.core.vectors import components, kmeans, pairs_above
 from semframe.cost.estimate import Estimate, Figures
 from semframe.cost.pricing import Cost
 from semframe.errors import ColumnError, InputError, did_you_mean
-from semframe.operators.common import check_new_columns
+from semframe.operators.common import check_new_columns, check_pair
 from semframe.operators.embed import Embedded, embed_groups, index_for
 from semframe.runtime.call import Runner
 
@@ -255,19 +255,10 @@ class SimJoin:
     ) -> _Compiled:
         """Validate the join and read both sides' columns; embeds nothing."""
         right = Frame.of(other)
-        if not frame.same_library(right):
-            a, b = frame.data, right.data
-            msg = (
-                f"sim_join needs two frames of the same library; got {type(a).__module__}."
-                f"{type(a).__name__} and {type(b).__module__}.{type(b).__name__}."
-            )
-            raise InputError(msg)
+        check_pair("sim_join", frame, right, suffix)
         lcols = _columns(frame, left_on, "left_on", "left")
         rcols = _columns(right, right_on, "right_on", "right")
         k = _positive_int(k, "k", "right rows per left row")
-        if not isinstance(suffix, str) or not suffix:
-            msg = f"suffix must be a non-empty str, got {suffix!r}."
-            raise InputError(msg)
         rename = {c: c + suffix for c in right.columns if c in frame.columns}
         result = [*frame.columns, *(rename.get(c, c) for c in right.columns)]
         if len(set(result)) != len(result):
