@@ -72,6 +72,7 @@ from semframe.core.ordering import Ordering
 from semframe.errors import ConfigError
 from semframe.reorder._encode import Encoded, FloatArray, IntArray, Tokenizer, encode, to_table
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
+from semframe.reorder.metrics import served_units
 from semframe.reorder.stats import lexsort_rows, stats_rank
 from semframe.reorder.trie import depth_first
 
@@ -749,15 +750,11 @@ class _DepthFirst:
 
     def served(self) -> int:
         """Segment units (characters or tokens) a previous-prompt cache serves."""
-        s = self.segments
-        if s.shape[0] < 2 or s.shape[1] == 0:
-            return 0
         enc = self.enc
         units = np.concatenate(
             [lengths + label for lengths, label in zip(enc.lengths, enc.labels, strict=True)]
         ).astype(np.int64)
-        hits = np.logical_and.accumulate(s[1:] == s[:-1], axis=1)
-        return int(units[s[1:][hits]].sum())
+        return served_units(self.segments, units)
 
 
 def ggr_encoded(

@@ -156,6 +156,21 @@ def _score_counts(s: IntArray, hits: IntArray, n_codes: int) -> IntArray:
     return np.bincount(s[hits.astype(bool)], minlength=n_codes).astype(np.int64)
 
 
+def served_units(segments: IntArray, units: IntArray) -> int:
+    """Units a cache holding the previous prompt serves, prompts given as segment codes.
+
+    ``segments[p, j]`` is the global code of prompt ``p``'s ``j``-th segment
+    (execution order) and ``units[code]`` that segment's length.
+
+    Examples
+    --------
+    >>> s = np.array([[0, 2], [0, 3], [1, 3]])
+    >>> served_units(s, np.array([5, 5, 4, 4]))  # prompt 1 hits its first segment
+    5
+    """
+    return _weighted_sum(units, _score_counts(segments, _prev_hits(segments), units.size))
+
+
 def _segment_units(enc: Encoded, tokenizer: Tokenizer | None) -> IntArray:
     """Characters (or tokens) of each ``f"{column}: {value}\\n"`` segment, by global code."""
     parts: list[IntArray] = []
