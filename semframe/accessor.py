@@ -39,6 +39,17 @@ class LLMAccessor:
     ``filter``, ``classify`` and ``extract`` also take ``cascade=`` (a list of
     models, small first) with ``thresholds=``: rows the first model is unsure
     about go to the next (see :mod:`semframe.operators.cascade`).
+
+    On a Polars LazyFrame, ``map``, ``filter``, ``extract``, ``classify``,
+    ``agg``, ``topk`` and ``join`` return a LazyFrame without running
+    anything: the call is checked on the frame's schema (bad input fails
+    now), and the result has its final schema, so later lazy steps compose.
+    The relQuery runs when that LazyFrame is collected, once, over the whole
+    collected input (also with ``collect(engine="streaming")``), with the
+    settings in force at the call; ``semframe.last_run()`` then describes it
+    and ``RowErrors`` come out of ``collect()``. ``estimate=True``,
+    :meth:`plan`, :meth:`estimate` and the embedding operators collect the
+    frame at the call (see :mod:`semframe.operators.lazy`).
     """
 
     def __init__(self, frame: Any) -> None:
@@ -99,6 +110,16 @@ class LLMAccessor:
            title  year               blurb
         a  Alien  1979  fake: Alien | 1979
         b   Heat  1995   fake: Heat | 1995
+
+        On a Polars LazyFrame nothing runs before ``collect()``:
+
+        >>> import polars as pl
+        >>> lazy = pl.LazyFrame({"title": ["Alien", "Heat"]}).llm.map(
+        ...     "Describe {title}.", out="blurb", backend="fake")
+        >>> lazy.collect_schema()
+        Schema([('title', String), ('blurb', String)])
+        >>> lazy.collect()["blurb"].to_list()
+        ['fake: Alien', 'fake: Heat']
         """
         return registry.invoke(
             "map",
@@ -777,7 +798,8 @@ class LLMAccessor:
         """What an operator call would cost and take, for the planned and the original order.
 
         Nothing is sent unless ``probe=N`` asks for ``N`` sample rows to
-        measure answer lengths (their cost is reported).
+        measure answer lengths (their cost is reported). A LazyFrame is
+        collected: the estimate needs its rows.
 
         Parameters
         ----------
@@ -810,6 +832,8 @@ class LLMAccessor:
 
     def plan(self, template: str, *, op: str = "map", **kwargs: Any) -> Any:
         """The plan of an operator call, without running it; nothing is sent.
+
+        A LazyFrame is collected: the plan is made of its rows.
 
         Parameters
         ----------

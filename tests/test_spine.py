@@ -209,7 +209,7 @@ def test_polars_subclass_map_and_filter_keep_rows_and_order(fake: FakeBackend) -
     }
 
 
-def test_polars_lazyframe_subclass_is_collected_and_made_lazy_again(fake: FakeBackend) -> None:
+def test_polars_lazyframe_subclass_gives_a_lazyframe_run_at_collect(fake: FakeBackend) -> None:
     lazy = SpineLazy({"review": REVIEWS})
     out = lazy.llm.filter("Is {review} positive?", backend="fake")
     assert isinstance(out, pl.LazyFrame)

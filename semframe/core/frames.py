@@ -10,14 +10,20 @@ behind the edge holds a DataFrame.
 
 Each supported library has one small adapter (:class:`PandasAdapter`,
 :class:`PolarsAdapter`); subclasses of their frames are served by them too.
+
+A Polars LazyFrame need not be collected at call time: :func:`schema_only`
+gives an empty frame of its schema (an operator call is validated and its
+result typed on that), and :func:`defer` puts a function of the whole
+collected frame at the end of its plan, run when the caller collects.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,7 +40,10 @@ __all__ = [
     "PolarsAdapter",
     "RightSide",
     "adapter_for",
+    "defer",
+    "errors_pass_through",
     "is_lazy",
+    "schema_only",
 ]
 
 DTYPES = ("str", "bool", "int", "float", "list[str]")
@@ -202,7 +211,7 @@ class PandasAdapter:
 
 
 class PolarsAdapter:
-    """Polars in, Polars out (a LazyFrame is collected, and the result made lazy again)."""
+    """Polars in, Polars out (a LazyFrame wrapped by :meth:`Frame.of` is collected first)."""
 
     def columns(self, frame: Any) -> list[str]:
         return list(frame.columns)
@@ -250,6 +259,100 @@ def is_lazy(frame: object) -> bool:
     return pl is not None and isinstance(frame, pl.LazyFrame)
 
 
+def schema_only(frame: Any) -> Any:
+    """An empty ``polars.DataFrame`` with the columns and dtypes of LazyFrame ``frame``.
+
+    Only the schema is resolved (``collect_schema``): nothing in ``frame``'s
+    plan runs (a function put there by :func:`defer` included).
+
+    Examples
+    --------
+    >>> import polars as pl
+    >>> schema_only(pl.LazyFrame({"a": [1, 2]}).with_columns(b=pl.col("a") > 1))
+    shape: (0, 2)
+    ┌─────┬──────┐
+    │ a   ┆ b    │
+    │ --- ┆ ---  │
+    │ i64 ┆ bool │
+    ╞═════╪══════╡
+    └─────┴──────┘
+    """
+    import polars as pl
+
+    return pl.DataFrame(schema=frame.collect_schema())
+
+
+def defer(frame: Any, function: Callable[[Any], Any], schema: Any) -> Any:
+    """LazyFrame ``frame`` followed by ``function``, run when the result is collected.
+
+    ``function`` gets the whole collected frame at once, never a batch of it
+    (even under ``collect(engine="streaming")``), and must return a
+    ``polars.DataFrame`` of ``schema`` (Polars checks it). No optimisation
+    passes it: a filter, projection or slice after it does not change what it
+    is given.
+
+    An exception ``function`` raises comes out of ``collect()`` as it is
+    (Polars 1.30 and later; see :func:`errors_pass_through` for earlier ones).
+
+    Examples
+    --------
+    >>> import polars as pl
+    >>> seen = []
+    >>> def count(df):
+    ...     seen.append(df.height)
+    ...     return df.with_columns(n=pl.lit(df.height, dtype=pl.Int64))
+    >>> lf = defer(pl.LazyFrame({"a": [1, 2, 3]}), count, {"a": pl.Int64, "n": pl.Int64})
+    >>> seen
+    []
+    >>> lf.head(1).collect().row(0), seen
+    ((1, 3), [3])
+    """
+    return frame.map_batches(
+        function if errors_pass_through() else _explained(function),
+        schema=schema,
+        predicate_pushdown=False,
+        projection_pushdown=False,
+        slice_pushdown=False,
+        validate_output_schema=True,
+        streamable=False,
+    )
+
+
+def errors_pass_through() -> bool:
+    """Whether the installed Polars raises a :func:`defer`-red function's error as it is.
+
+    Polars 1.30 and later do. Earlier ones raise a
+    ``polars.exceptions.ComputeError`` instead, whose message quotes the error
+    but which holds neither the error object nor its attributes (a
+    ``RowErrors``' ``result``): :func:`defer` then raises a ``RuntimeError``
+    naming the error's type, its message and that limitation.
+    """
+    import polars as pl
+
+    found = re.match(r"(\d+)\.(\d+)", pl.__version__)
+    return found is None or (int(found[1]), int(found[2])) >= (1, 30)
+
+
+def _explained(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``function``, its errors restated for a Polars that wraps them (before 1.30)."""
+
+    def run(frame: Any) -> Any:
+        try:
+            return function(frame)
+        except Exception as exc:
+            import polars as pl
+
+            msg = (
+                f"{type(exc).__name__}: {exc}\n(raised while collecting; Polars "
+                f"{pl.__version__} wraps errors raised there in a ComputeError that keeps "
+                "only this message, not the error's attributes such as `.result`: "
+                "Polars 1.30 or later raises the error itself)"
+            )
+            raise RuntimeError(msg) from exc
+
+    return run
+
+
 def adapter_for(frame: object) -> FrameAdapter:
     """The adapter of ``frame``'s library (subclasses of its frame type included).
 
@@ -277,7 +380,9 @@ class Frame:
     adapter : FrameAdapter
         Its library's adapter.
     lazy : bool
-        The caller passed a LazyFrame: the result is made lazy again.
+        The caller passed a LazyFrame, collected here: the result is made lazy
+        again (``plan``, ``estimate`` and operators that are not deferred; see
+        :mod:`semframe.operators.lazy`).
 
     Examples
     --------

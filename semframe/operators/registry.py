@@ -35,19 +35,21 @@ Examples
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from semframe.backends import get_backend
 from semframe.config import SETTINGS, config
-from semframe.core.frames import Frame, Output
+from semframe.core.frames import Frame, Output, defer, is_lazy
 from semframe.cost.budget import Budget, parse_budget
 from semframe.cost.estimate import Estimate
 from semframe.errors import InputError, RowErrors, did_you_mean, format_choices
 from semframe.operators.agg import AGG
 from semframe.operators.cascade import CascadeOperator
 from semframe.operators.join import JOIN
+from semframe.operators.lazy import LAZY_OPERATORS, deferrable, probe_result, with_collected
 from semframe.operators.rowwise import CLASSIFY, EXTRACT, FILTER, MAP
 from semframe.operators.similarity import CLUSTER, DEDUP, SEARCH, SIM_JOIN
 from semframe.operators.topk import TOPK
@@ -78,6 +80,11 @@ class Operator(Protocol):
         Keyword arguments the operator cannot do without (``schema`` for
         ``extract``...); ``plan(op=...)`` and ``estimate(op=...)`` name a
         missing one.
+    lazy : bool, optional
+        Not required: ``True`` defers a call on a Polars LazyFrame to its
+        ``collect()`` (:mod:`semframe.operators.lazy`; ``compile`` and
+        ``run`` must then work on an empty frame). Without it, a LazyFrame is
+        collected at the call.
     """
 
     name: str
@@ -237,9 +244,17 @@ def invoke(name: str, frame: Any, template: str, **kwargs: Any) -> Any:
     running, ``budget=`` to stop before or while it overspends, and
     ``probe=N``. Operators with a confidence (``filter``, ``classify``,
     ``extract``) take ``cascade=``.
+
+    On a Polars LazyFrame, the operators of :mod:`semframe.operators.lazy`
+    return a LazyFrame at once: the call is checked on the frame's schema
+    and runs when the result is collected. ``estimate=True``
+    and the other operators collect the frame now.
     """
+    given = dict(kwargs)
     options = pop_run_options(kwargs)
     op = _resolve(name, kwargs, budget=options.budget is not None)
+    if not options.dry_run and is_lazy(frame) and deferrable(name, op):
+        return _defer(name, op, frame, template, given=given, arguments=kwargs)
     edge = Frame.of(frame)
     compiled = op.compile(edge, template, **kwargs)
     est = None
@@ -266,8 +281,41 @@ def invoke(name: str, frame: Any, template: str, **kwargs: Any) -> Any:
     return result
 
 
+def _defer(
+    name: str,
+    op: Operator,
+    frame: Any,
+    template: str,
+    *,
+    given: dict[str, Any],
+    arguments: dict[str, Any],
+) -> Any:
+    """LazyFrame ``frame`` followed by the call, which runs when the result is collected.
+
+    Everything that needs no data is done now: the operator compiles on the
+    frame's schema and its result is typed (:func:`~semframe.operators.lazy.probe_result`),
+    and the backend is built (a missing SDK or API key fails here). At
+    ``collect()`` the whole collected frame goes through :func:`invoke` once
+    (``given`` are the call's arguments, run options included), in a copy of
+    the context of this call: the settings of ``semframe.using`` and the
+    statistics scope are the ones in force now.
+    """
+    result = probe_result(op, frame, template, arguments)
+    if name in LAZY_OPERATORS and arguments.get("cascade") is None:
+        _backend(arguments)  # a cascade builds its stages' backends when it compiles
+    context = contextvars.copy_context()
+
+    def run(collected: Any) -> Any:
+        return context.copy().run(invoke, name, collected, template, **with_collected(given))
+
+    return defer(frame, run, result.schema)
+
+
 def plan(name: str, frame: Any, template: str, **kwargs: Any) -> Any:
-    """The plan of a call of operator ``name``, without running it; nothing is sent."""
+    """The plan of a call of operator ``name``, without running it; nothing is sent.
+
+    A LazyFrame is collected: the plan is made of its rows.
+    """
     for option in ("estimate", "dry_run", "budget", "probe"):
         kwargs.pop(option, None)
     op = _resolve(name, kwargs, budget=False)
@@ -276,7 +324,10 @@ def plan(name: str, frame: Any, template: str, **kwargs: Any) -> Any:
 
 
 def estimate(name: str, frame: Any, template: str, **kwargs: Any) -> Any:
-    """The estimate of a call of operator ``name`` (only ``probe=N`` rows are sent)."""
+    """The estimate of a call of operator ``name`` (only ``probe=N`` rows are sent).
+
+    A LazyFrame is collected: the estimate is made of its rows.
+    """
     for option in ("estimate", "dry_run"):
         kwargs.pop(option, None)
     _required(get_operator(name), kwargs)
