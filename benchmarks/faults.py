@@ -47,7 +47,7 @@ from typing import Any
 import pandas as pd
 
 import semframe
-from semframe.testing.emulator import Fault, ProviderEmulator
+from semframe.testing.emulator import Fault, Latency, ProviderEmulator
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -113,7 +113,7 @@ def _rows(n: int) -> pd.DataFrame:
 
 
 def hung_row() -> dict[str, Any]:
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:
         emu.faults.inject(Fault.hang(3600), when=lambda prompt: "row 7" in prompt)
         start = time.monotonic()
         out = _rows(20).llm.map(
@@ -134,7 +134,7 @@ def lost_bodies() -> dict[str, Any]:
     words = " ".join(f"word{i}" for i in range(60))
     df = pd.DataFrame({"review": [f"review {i}: {words}" for i in range(60)]})
     template = "Summarize the review {review} in one sentence."
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:
         settings = {"backend": "openai", "base_url": emu.openai_url, "cache": False}
         settings["max_tokens"] = 40
         emu.faults.inject(Fault.drop(), probability=0.3, seed=3)
@@ -199,7 +199,7 @@ def big_cell() -> dict[str, Any]:
     frame = pd.DataFrame({"t": ["word " * 1_200_000]})
     # Priced (here and at the provider), so the provider answers and bills it.
     prices = {"my-finetune": {"provider": "openai", "input": 0.4, "output": 1.6}}
-    with ProviderEmulator(prices=prices) as emu:
+    with ProviderEmulator(prices=prices, latency=Latency(0)) as emu:
         try:
             frame.llm.map("Echo {t}", backend="openai", base_url=emu.openai_url,
                           model="my-finetune", prices=prices, cache=False)  # fmt: skip

@@ -52,7 +52,7 @@ import pandas as pd
 
 import semframe
 from semframe.backends import local
-from semframe.testing.emulator import ProviderEmulator
+from semframe.testing.emulator import Latency, ProviderEmulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from api_cost import MOVIE_RUBRIC, movie_examples
@@ -224,7 +224,7 @@ def local_runs(args: argparse.Namespace, positions: list[int]) -> list[dict[str,
 def emulator_runs(args: argparse.Namespace, positions: list[int]) -> list[dict[str, Any]]:
     df = pd.read_csv(DATA).iloc[positions].reset_index(drop=True)
     runs: list[dict[str, Any]] = []
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:  # instant, as documented
         for op in ("filter", "map", "filter-rubric"):
             for provider, model in (("openai", OPENAI_MODEL), ("anthropic", ANTHROPIC_MODEL)):
                 url = emu.openai_url if provider == "openai" else emu.anthropic_url

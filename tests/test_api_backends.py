@@ -28,7 +28,7 @@ LONG = " ".join(f"word{i}" for i in range(2200))  # ~5,000 tokens: above every m
 def emu(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderEmulator]:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    with ProviderEmulator() as server:
+    with ProviderEmulator(latency=Latency(0)) as server:
         yield server
 
 
@@ -176,7 +176,7 @@ def test_rejected_key_aborts_without_showing_it(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     df = pd.DataFrame({"t": list("abcdef")})
-    with ProviderEmulator(api_keys={"sk-the-right-one-000000"}) as server:
+    with ProviderEmulator(latency=Latency(0), api_keys={"sk-the-right-one-000000"}) as server:
         for backend, url in (("openai", server.openai_url), ("anthropic", server.anthropic_url)):
             with pytest.raises(RunAborted, match="401") as info:
                 df.llm.map("Echo {t}", backend=backend, base_url=url, max_concurrency=1)

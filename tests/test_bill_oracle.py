@@ -40,7 +40,7 @@ import tiktoken
 
 import semframe
 from semframe.backends import reset_backends
-from semframe.testing.emulator import ProviderEmulator
+from semframe.testing.emulator import Latency, ProviderEmulator
 
 FIXTURE = Path(__file__).parent / "oracle" / "bills.toml"
 DATA: dict[str, Any] = tomllib.loads(FIXTURE.read_text("utf-8"))
@@ -518,7 +518,7 @@ def _outcome(name: str, monkeypatch: pytest.MonkeyPatch) -> Outcome:
     monkeypatch.setenv("GEMINI_API_KEY", KEY)
     df, template, settings = _frame(s), _template(s), _settings(s)
     estimate = df.llm.estimate(template, op=s["op"], **settings)
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:
         urls = {"openai": emu.openai_url, "anthropic": emu.anthropic_url, "gemini": emu.gemini_url}
         getattr(df.llm, s["op"])(template, base_url=urls[s["provider"]], **settings)
         requests = [e for e in emu.ledger.entries() if e.kind == "request"]
@@ -667,7 +667,7 @@ def test_emulator_counts_the_cookbook_example_as_the_api_did(
 ) -> None:
     example = DATA["cookbook_example"]
     with (
-        ProviderEmulator() as emu,
+        ProviderEmulator(latency=Latency(0)) as emu,
         openai.OpenAI(base_url=emu.openai_url, api_key=KEY, max_retries=0) as client,
     ):
         r = client.chat.completions.create(

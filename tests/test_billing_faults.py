@@ -18,7 +18,7 @@ import pytest
 
 import semframe
 from semframe.errors import BudgetExceeded
-from semframe.testing.emulator import Fault, ProviderEmulator
+from semframe.testing.emulator import Fault, Latency, ProviderEmulator
 
 TEMPLATE = "Summarize the review {review} in one sentence."
 
@@ -26,7 +26,7 @@ TEMPLATE = "Summarize the review {review} in one sentence."
 @pytest.fixture
 def emu(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderEmulator]:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    with ProviderEmulator() as server:
+    with ProviderEmulator(latency=Latency(0)) as server:
         yield server
 
 

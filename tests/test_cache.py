@@ -17,7 +17,7 @@ from semframe.cache.store import FILENAME, ResultCache
 from semframe.cli import main
 from semframe.errors import RunAborted
 from semframe.runtime.stats import RunStats
-from semframe.testing.emulator import Fault, ProviderEmulator
+from semframe.testing.emulator import Fault, Latency, ProviderEmulator
 
 KEY = "sk-test-cache-secret-0123456789"
 
@@ -220,7 +220,7 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
 def emu(monkeypatch: pytest.MonkeyPatch) -> ProviderEmulator:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    with ProviderEmulator() as server:
+    with ProviderEmulator(latency=Latency(0)) as server:
         yield server  # type: ignore[misc]
 
 
@@ -243,7 +243,7 @@ def test_api_rerun_costs_nothing_and_reports_the_saving(
     assert paid.dollars is not None and paid.dollars > 0
     assert stats.cache_saved_dollars == pytest.approx(paid.dollars, rel=1e-9)
     # another endpoint is another cache key
-    with ProviderEmulator() as other:
+    with ProviderEmulator(latency=Latency(0)) as other:
         other_url = other.openai_url if backend == "openai" else other.anthropic_url
         df.llm.map(
             "Summarize {review} of {movie}", backend=backend, base_url=other_url, model=model

@@ -33,7 +33,7 @@ from semframe.operators.cascade import (
     route,
 )
 from semframe.serving.sim.cascades import CascadeOption, gear_plan, simulate_load
-from semframe.testing.emulator import ProviderEmulator
+from semframe.testing.emulator import Latency, ProviderEmulator
 from tests.conftest import LOCAL_REVIEWS
 
 LABELS = ["horror", "comedy", "drama"]
@@ -222,7 +222,7 @@ def test_api_stage_through_the_emulator(
     small.set_logprobs(_conf_logprobs({"monster": 0.2}))
     small.responder = lambda r: '{"answer": "comedy"}'
     df = pd.DataFrame({"plot": ["a monster", "a wedding", "a clown"]}, index=[7, 8, 9])
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:
         out = df.llm.classify(
             "Genre of {plot}?",
             LABELS,

@@ -16,7 +16,7 @@ from semframe.backends.base import Request, TokenLogprob
 from semframe.backends.fake import FakeBackend
 from semframe.core.parse import label_confidence
 from semframe.errors import InputError
-from semframe.testing.emulator import ProviderEmulator
+from semframe.testing.emulator import Latency, ProviderEmulator
 
 LABELS = ["horror", "comedy", "drama"]
 
@@ -139,7 +139,7 @@ def test_label_confidence_needs_tokens_that_spell_the_text() -> None:
 def test_openai_through_the_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-abcdefghijklmnop0123")
     df = pd.DataFrame({"plot": ["a monster", "a wedding", "a funeral"]})
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:
         out = df.llm.classify(
             "Genre of {plot}?", LABELS, confidence=True, backend="openai", base_url=emu.openai_url
         )

@@ -32,7 +32,7 @@ SHARED = "Instructions: " + " ".join(f"rule{i} applies." for i in range(600)) + 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ProviderEmulator]:
-    with ProviderEmulator(prices=PRICES) as emu:
+    with ProviderEmulator(latency=Latency(0), prices=PRICES) as emu:
         yield emu
 
 
@@ -160,7 +160,7 @@ def test_lookback_reaches_20_blocks(emu: ProviderEmulator, client: anthropic.Ant
 def test_ttl_expiry_and_refresh_with_manual_clock() -> None:
     clock = ManualClock()
     with (
-        ProviderEmulator(clock=clock, prices=PRICES) as emu,
+        ProviderEmulator(latency=Latency(0), clock=clock, prices=PRICES) as emu,
         anthropic.Anthropic(base_url=emu.anthropic_url, api_key="k", max_retries=0) as client,
     ):
         system = [_block(SHARED, "5m")]
@@ -254,7 +254,7 @@ def test_missing_max_tokens_is_400(emu: ProviderEmulator) -> None:
 
 def test_auth_errors() -> None:
     with (
-        ProviderEmulator(api_keys={"good"}, prices=PRICES) as emu,
+        ProviderEmulator(latency=Latency(0), api_keys={"good"}, prices=PRICES) as emu,
         anthropic.Anthropic(base_url=emu.anthropic_url, api_key="bad", max_retries=0) as client,
     ):
         with pytest.raises(anthropic.AuthenticationError) as info:

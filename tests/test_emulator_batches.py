@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from semframe.cost.pricing import price_for
-from semframe.testing.emulator import Fault, ProviderEmulator
+from semframe.testing.emulator import Fault, Latency, ProviderEmulator
 
 OPENAI_MODEL = "gpt-4.1-nano"
 CLAUDE = "claude-haiku-4-5"
@@ -20,7 +20,7 @@ SHARED = "Instructions: " + " ".join(f"rule{i} applies." for i in range(600)) + 
 
 @pytest.fixture
 def emu() -> Iterator[ProviderEmulator]:
-    with ProviderEmulator(batch_polls=1) as e:
+    with ProviderEmulator(latency=Latency(0), batch_polls=1) as e:
         yield e
 
 

@@ -19,7 +19,7 @@ PRICES = {CLAUDE: {"provider": "anthropic", "input": 1.0, "output": 5.0}}
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ProviderEmulator]:
-    with ProviderEmulator(prices=PRICES) as emu:
+    with ProviderEmulator(latency=Latency(0), prices=PRICES) as emu:
         yield emu
 
 

@@ -12,7 +12,7 @@ from google.genai import errors, types
 
 from semframe.cost.framing import gemini_content_tokens, gemini_prompt_tokens
 from semframe.cost.pricing import price_for
-from semframe.testing.emulator import Fault, ManualClock, ProviderEmulator
+from semframe.testing.emulator import Fault, Latency, ManualClock, ProviderEmulator
 
 MODEL = "gemini-2.5-flash"
 SHARED = "Instructions: " + " ".join(f"rule{i} applies." for i in range(800)) + "\n"  # ~3,200
@@ -26,7 +26,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture(scope="module")
 def server(clock: ManualClock) -> Iterator[ProviderEmulator]:
-    with ProviderEmulator(clock=clock) as emu:
+    with ProviderEmulator(latency=Latency(0), clock=clock) as emu:
         yield emu
 
 
@@ -265,7 +265,7 @@ def test_errors_in_googles_json(emu: ProviderEmulator) -> None:
 
 
 def test_a_wrong_key_is_answered_as_google_does() -> None:
-    with ProviderEmulator(api_keys={"good"}) as emu:
+    with ProviderEmulator(latency=Latency(0), api_keys={"good"}) as emu:
         url = f"{emu.gemini_url}/v1beta/models/{MODEL}:generateContent"
         r = httpx.post(url, json={"contents": _user("hi")}, headers={"x-goog-api-key": "bad"})
     assert r.status_code == 400

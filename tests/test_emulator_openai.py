@@ -21,7 +21,7 @@ SHARED = "Instructions: " + " ".join(f"rule{i} applies." for i in range(600)) + 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ProviderEmulator]:
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:
         yield emu
 
 
@@ -112,7 +112,7 @@ def test_ttl_expiry_with_manual_clock() -> None:
     clock = ManualClock()
     rules = OpenAIRules(ttl_s=300.0)
     with (
-        ProviderEmulator(clock=clock, openai_rules=rules) as emu,
+        ProviderEmulator(latency=Latency(0), clock=clock, openai_rules=rules) as emu,
         openai.OpenAI(base_url=emu.openai_url, api_key="k", max_retries=0) as client,
     ):
 
@@ -203,7 +203,7 @@ def test_bad_request_is_400(emu: ProviderEmulator, client: openai.OpenAI) -> Non
 
 def test_wrong_key_is_401() -> None:
     with (
-        ProviderEmulator(api_keys={"good"}) as emu,
+        ProviderEmulator(latency=Latency(0), api_keys={"good"}) as emu,
         openai.OpenAI(base_url=emu.openai_url, api_key="bad", max_retries=0) as client,
     ):
         with pytest.raises(openai.AuthenticationError) as info:

@@ -38,7 +38,7 @@ from semframe.backends import register_backend
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend, default_answer
 from semframe.cache.store import COMMIT_INTERVAL, FILENAME, ResultCache
-from semframe.testing.emulator import Fault, ProviderEmulator, default_responder
+from semframe.testing.emulator import Fault, Latency, ProviderEmulator, default_responder
 
 KEY = "sk-test-faults-0123456789abcdef"
 TEMPLATE = "Summarize {review} of {movie}"
@@ -121,7 +121,7 @@ class Recorder:
 def emu(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderEmulator]:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    with ProviderEmulator() as server:
+    with ProviderEmulator(latency=Latency(0)) as server:
         server.responder = Recorder()
         yield server
 

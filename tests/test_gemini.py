@@ -33,7 +33,7 @@ from semframe.errors import (
     RunAborted,
     TransientError,
 )
-from semframe.testing.emulator import Fault, ManualClock, ProviderEmulator
+from semframe.testing.emulator import Fault, Latency, ManualClock, ProviderEmulator
 from semframe.testing.emulator.gemini import _Failure
 
 KEY = "gk-test-abcdefghijklmnop0123"
@@ -46,7 +46,7 @@ PER = 1_000_000
 def emu(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderEmulator]:
     monkeypatch.setenv("GEMINI_API_KEY", KEY)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
-    with ProviderEmulator() as server:
+    with ProviderEmulator(latency=Latency(0)) as server:
         yield server
         reset_backends("gemini")  # deletes explicit caches while the server still answers
 
@@ -360,7 +360,7 @@ def test_400_fails_only_its_row(emu: ProviderEmulator, monkeypatch: pytest.Monke
 def test_rejected_key_aborts_without_showing_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GEMINI_API_KEY", KEY)
     df = pd.DataFrame({"t": list("abcdef")})
-    with ProviderEmulator(api_keys={"the-right-key-000000"}) as server:
+    with ProviderEmulator(latency=Latency(0), api_keys={"the-right-key-000000"}) as server:
         # Google answers a bad key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID
         with pytest.raises(RunAborted, match="API key") as info:
             df.llm.map("Echo {t}", backend="gemini", base_url=server.gemini_url, max_concurrency=1)
@@ -507,7 +507,10 @@ def _stats_match_the_bill_of_the_last_run(emu: ProviderEmulator, *, requests: in
 
 def test_cache_gone_on_the_server_is_made_again() -> None:
     clock = ManualClock()
-    with pytest.MonkeyPatch.context() as mp, ProviderEmulator(clock=clock) as server:
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        ProviderEmulator(latency=Latency(0), clock=clock) as server,
+    ):
         mp.setenv("GEMINI_API_KEY", KEY)
         df = pd.DataFrame({"review": [f"review {i}" for i in range(4)]})
         template = RUBRIC + " Is {review} positive?"

@@ -24,7 +24,7 @@ from semframe.backends import register_backend
 from semframe.backends.fake import FakeBackend
 from semframe.core.wire import Completion, Request
 from semframe.errors import ConfigError, InputError, RowErrors
-from semframe.testing.emulator import Fault, ProviderEmulator
+from semframe.testing.emulator import Fault, Latency, ProviderEmulator
 
 KEY = "sk-test-invalid-answers-0123456789"
 DF = pd.DataFrame({"t": ["alpha", "beta", "gamma"]}, index=["a", "b", "c"])
@@ -89,7 +89,7 @@ def test_map_empty_answer_is_in_the_error_column_and_never_cached(fake: FakeBack
     assert out["d"].tolist() == ["fine", None, "fine"]
     errors = out["d_error"].tolist()
     assert errors[0] is None and errors[2] is None
-    assert errors[1].startswith("parse: empty answer") and "(after 2 attempt(s))" in errors[1]
+    assert errors[1].startswith("parse: empty answer") and "(after 2 attempts)" in errors[1]
     sent = len(fake.history)
     assert sent == 4  # three rows, the empty one twice
     again = DF.llm.map("Describe {t}", out="d", backend="fake", errors="keep")
@@ -344,7 +344,7 @@ def test_filter_errors_raise_keeps_the_callers_llm_error_column(fake: FakeBacken
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ProviderEmulator]:
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:
         yield emu
 
 

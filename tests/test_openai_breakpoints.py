@@ -21,7 +21,7 @@ import semframe
 from semframe.backends import reset_backends
 from semframe.cost.pricing import price_for
 from semframe.errors import ConfigError
-from semframe.testing.emulator import ProviderEmulator
+from semframe.testing.emulator import Latency, ProviderEmulator
 
 RUBRIC = " ".join(f"Rule {i}: weigh the evidence with care." for i in range(300))  # ~2,700 tokens
 PER = 1_000_000
@@ -31,7 +31,7 @@ PER = 1_000_000
 def emu(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderEmulator]:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-abcdefghijklmnop0123")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-abcdefghijklmnop0123")
-    with ProviderEmulator() as server:
+    with ProviderEmulator(latency=Latency(0)) as server:
         yield server
         reset_backends()
 

@@ -22,7 +22,7 @@ import semframe
 from semframe.backends.openai import OpenAIBackend, _completion, _completion_from_json
 from semframe.core.wire import Request
 from semframe.errors import ConfigError
-from semframe.testing.emulator import ProviderEmulator
+from semframe.testing.emulator import Latency, ProviderEmulator
 
 KEY = "sk-test-abcdefghijklmnop0123"
 LONG = " ".join(f"word{i}" for i in range(2200))  # ~5,000 tokens: above every minimum
@@ -34,7 +34,7 @@ PRICE = {"provider": "openai", "input": 0.20, "cached_input": 0.05, "output": 0.
 def emu(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderEmulator]:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with ProviderEmulator(prices={MODEL: PRICE}) as server:
+    with ProviderEmulator(latency=Latency(0), prices={MODEL: PRICE}) as server:
         yield server
 
 

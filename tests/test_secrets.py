@@ -29,7 +29,7 @@ from semframe.backends import get_backend
 from semframe.errors import RunAborted
 from semframe.runtime.batch import run_batch
 from semframe.runtime.progress import Progress
-from semframe.testing.emulator import ProviderEmulator
+from semframe.testing.emulator import Latency, ProviderEmulator
 
 ENV_KEY = "sk-envkey-SECRET-0123456789abcdefghij"
 CLIENT_KEY = "sk-clientkey-SECRET-9876543210zyxwvu"
@@ -52,7 +52,7 @@ def assert_no_secret(text: str | bytes, where: str) -> None:
 def emu(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderEmulator]:
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ENV_KEY)
-    with ProviderEmulator(batch_polls=1) as server:
+    with ProviderEmulator(latency=Latency(0), batch_polls=1) as server:
         yield server
 
 
@@ -116,7 +116,7 @@ def test_a_rejected_key_is_not_in_the_error_its_chain_or_its_traceback(
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ENV_KEY)
     df = _frame(3)
-    with ProviderEmulator(api_keys={"sk-the-only-valid-one-000"}) as server:
+    with ProviderEmulator(latency=Latency(0), api_keys={"sk-the-only-valid-one-000"}) as server:
         cases = [
             ("openai", server.openai_url, None),
             ("anthropic", server.anthropic_url, None),

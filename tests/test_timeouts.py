@@ -24,7 +24,7 @@ import semframe
 from semframe.errors import ConfigError, InputError, RunAborted
 from semframe.runtime import deadlines
 from semframe.runtime.progress import Progress
-from semframe.testing.emulator import Fault, ProviderEmulator
+from semframe.testing.emulator import Fault, Latency, ProviderEmulator
 
 TEMPLATE = "Echo {t}"
 
@@ -32,7 +32,7 @@ TEMPLATE = "Echo {t}"
 @pytest.fixture
 def emu(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderEmulator]:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    with ProviderEmulator() as server:
+    with ProviderEmulator(latency=Latency(0)) as server:
         yield server
 
 

@@ -211,13 +211,13 @@ def test_server_backend_end_to_end_on_an_openai_compatible_server() -> None:
     """The server path is the OpenAI backend's: answers in order, cached tokens read
     from usage.prompt_tokens_details (here the emulator's, as a vLLM server reports them)."""
     pytest.importorskip("openai")
-    from semframe.testing.emulator import ProviderEmulator
+    from semframe.testing.emulator import Latency, ProviderEmulator
 
     df = pd.DataFrame(
         {"topic": [" ".join(f"fact{i}" for i in range(900))] * 4, "q": ["1", "2", "3", "4"]},
         index=list("abcd"),
     )
-    with ProviderEmulator() as emu:
+    with ProviderEmulator(latency=Latency(0)) as emu:
         out = df.llm.map(
             "About {topic}: answer {q}",
             backend="vllm",

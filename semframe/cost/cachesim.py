@@ -241,6 +241,7 @@ class OpenAITicket:
 
     result: OpenAIResult
     tokens: tuple[int, ...] = field(repr=False)
+    prefixes: _Prefixes | None = field(default=None, repr=False, compare=False)
 
 
 class OpenAICacheSim:
@@ -288,6 +289,7 @@ class OpenAICacheSim:
         n = len(tokens)
         cached = 0
         top = openai_cached_grid(n, r.min_tokens, r.step)
+        prefixes = None
         if top:
             prefixes = _Prefixes(tokens)
             for length in range(top, r.min_tokens - 1, -r.step):
@@ -301,7 +303,8 @@ class OpenAICacheSim:
                     if e is not None and e.alive(arrival, r.max_lifetime_s):
                         e.last_used = max(e.last_used, arrival)
         result = OpenAIResult(n, cached, machine, spill > 0)
-        return OpenAITicket(result, tuple(tokens))
+        kept = prefixes._tokens if prefixes is not None else tuple(tokens)
+        return OpenAITicket(result, kept, prefixes)
 
     def complete(self, ticket: OpenAITicket, *, at: float) -> None:
         """Store the prefixes of a request that finished at time ``at``."""
@@ -314,7 +317,7 @@ class OpenAICacheSim:
             self._last_prune = at
         if not top:
             return
-        prefixes = _Prefixes(ticket.tokens)
+        prefixes = ticket.prefixes or _Prefixes(ticket.tokens)
         for length in range(r.min_tokens, top + 1, r.step):
             _put(store, prefixes.key(length), at, r.ttl_s, r.max_lifetime_s)
 

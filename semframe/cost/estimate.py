@@ -43,8 +43,8 @@ Examples
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from html import escape
 from typing import Any
 
@@ -52,12 +52,117 @@ from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, make_plan
 from semframe.cost.budget import Budget
-from semframe.cost.models import CacheFigures, CostModel, RunShape
+from semframe.cost.models import (
+    PACE_MEANING,
+    PACES,
+    CacheFigures,
+    CostModel,
+    Pace,
+    RunShape,
+    Timing,
+)
 from semframe.cost.pricing import Cost, Price, cost
 from semframe.cost.simulate import Pieces, bounds, identity_bounds
 from semframe.errors import plural
 
-__all__ = ["Estimate", "Figures", "price_plan"]
+__all__ = ["RANGE_MAX_REQUESTS", "Estimate", "Figures", "Span", "price_plan", "span_of"]
+
+RANGE_MAX_REQUESTS = 20_000
+"""Largest plan whose range over dispatch timings is computed (two more replays per order)."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """The cache-dependent figures of one request order over the dispatch timings.
+
+    Which requests find a prefix cached depends on when each was sent and
+    answered. The estimate replays the run's dispatch at three paces
+    (:class:`~semframe.cost.models.Timing`): the modelled latency (the point
+    figure), every answer instant, and every request in flight sent at once.
+    Each pair here is the (lowest, highest) over them.
+
+    Attributes
+    ----------
+    cached_tokens : tuple of int
+        Prompt tokens read from the cache.
+    cached_share : tuple of float
+        Cached tokens over all prompt tokens.
+    cache_write_tokens : tuple of int
+        Prompt tokens written to the cache.
+    dollars : tuple of float, or None
+        Total dollars at the expected output; ``None`` without a price.
+    wall_seconds : tuple of float, or None
+        Wall time; ``None`` where it is not modelled.
+    fewest, most : str
+        The pace giving the fewest and the most cached tokens.
+    """
+
+    cached_tokens: tuple[int, int]
+    cached_share: tuple[float, float]
+    cache_write_tokens: tuple[int, int]
+    dollars: tuple[float, float] | None
+    wall_seconds: tuple[float, float] | None
+    fewest: Pace
+    most: Pace
+
+    def contains(self, cached_share: float, margin: float = 0.0) -> bool:
+        """Whether a measured cached share lies in the range (``margin`` either side)."""
+        lo, hi = self.cached_share
+        return lo - margin <= cached_share <= hi + margin
+
+    def scaled(self, factor: float) -> Span:
+        """Every count and amount times ``factor`` (shares unchanged)."""
+
+        def ints(pair: tuple[int, int]) -> tuple[int, int]:
+            return round(pair[0] * factor), round(pair[1] * factor)
+
+        def floats(pair: tuple[float, float] | None) -> tuple[float, float] | None:
+            return None if pair is None else (pair[0] * factor, pair[1] * factor)
+
+        return replace(
+            self,
+            cached_tokens=ints(self.cached_tokens),
+            cache_write_tokens=ints(self.cache_write_tokens),
+            dollars=floats(self.dollars),
+            wall_seconds=floats(self.wall_seconds),
+        )
+
+
+def span_of(paced: Mapping[Pace, Figures]) -> Span:
+    """The range of each cache-dependent figure over the figures of several paces.
+
+    Examples
+    --------
+    >>> from semframe.cost.pricing import Cost
+    >>> def figs(cached, dollars, wall):
+    ...     return Figures(4, 1000, cached, 0, 8, 8, Cost(dollars), dollars, wall)
+    >>> s = span_of({"modelled": figs(100, 0.9, 2.0), "instant": figs(700, 0.4, 0.1),
+    ...              "at once": figs(0, 1.0, 1.9)})
+    >>> s.cached_tokens, s.cached_share, s.dollars, s.fewest, s.most
+    ((0, 700), (0.0, 0.7), (0.4, 1.0), 'at once', 'instant')
+    """
+    items = list(paced.items())
+
+    def pair(values: Sequence[float]) -> tuple[float, float]:
+        return min(values), max(values)
+
+    cached = [f.cached_tokens for _, f in items]
+    dollars = [f.dollars for _, f in items]
+    walls = [f.wall_seconds for _, f in items]
+    writes = [f.cache_write_tokens for _, f in items]
+    # On a tie the pace further from the modelled one names the end: it says more.
+    rank = {"at once": 0, "modelled": 1, "instant": 2}
+    fewest = min(items, key=lambda item: (item[1].cached_tokens, rank.get(item[0], 1)))
+    most = max(items, key=lambda item: (item[1].cached_tokens, rank.get(item[0], 1)))
+    return Span(
+        cached_tokens=(min(cached), max(cached)),
+        cached_share=pair([f.cached_share for _, f in items]),
+        cache_write_tokens=(min(writes), max(writes)),
+        dollars=None if None in dollars else pair([d or 0.0 for d in dollars]),
+        wall_seconds=None if None in walls else pair([w or 0.0 for w in walls]),
+        fewest=fewest[0],
+        most=most[0],
+    )
 
 
 @dataclass(frozen=True)
@@ -85,6 +190,11 @@ class Figures:
         Total dollars with every answer at ``max_tokens``.
     wall_seconds : float or None
         Expected wall time; ``None`` when not modelled (uncalibrated engine).
+    span : Span or None
+        The cache-dependent figures over the dispatch timings the provider
+        allows (the figures above are its modelled point); ``None`` where they
+        do not depend on the timing (nothing cacheable, batch runs, local
+        engines) and above :data:`RANGE_MAX_REQUESTS` requests.
     """
 
     requests: int
@@ -96,6 +206,7 @@ class Figures:
     cost: Cost | None
     cost_max: float | None
     wall_seconds: float | None
+    span: Span | None = None
 
     @property
     def dollars(self) -> float | None:
@@ -137,6 +248,7 @@ class Figures:
             ),
             None if self.cost_max is None else self.cost_max * factor,
             None if self.wall_seconds is None else self.wall_seconds * factor,
+            None if self.span is None else self.span.scaled(factor),
         )
 
 
@@ -172,6 +284,10 @@ class Estimate:
         Caveats: approximations, extrapolations, calibration state.
     seconds_to_estimate : float
         How long the estimate took.
+    timing : Timing or None
+        The dispatch timing the point figures assume (latency per request,
+        requests in flight, client time per request); ``None`` where the
+        figures do not depend on one (batch runs, local engines).
     """
 
     op: str
@@ -188,6 +304,7 @@ class Estimate:
     price: Price | None = field(default=None, repr=False)
     notes: tuple[str, ...] = ()
     seconds_to_estimate: float = 0.0
+    timing: Timing | None = field(default=None, repr=False)
 
     # convenient views of the planned figures
     @property
@@ -240,8 +357,11 @@ class Estimate:
                 f"{p.cached_tokens:,} ({p.cached_share:.1%})",
                 f"{o.cached_tokens:,} ({o.cached_share:.1%})",
             ),
-            ("  cache writes", f"{p.cache_write_tokens:,}", f"{o.cache_write_tokens:,}"),
         ]
+        spans = p.span is not None or o.span is not None
+        if spans:
+            rows.append(("    cached range", _cached_range(p), _cached_range(o)))
+        rows.append(("  cache writes", f"{p.cache_write_tokens:,}", f"{o.cache_write_tokens:,}"))
         if self._bound:
             rows.append(
                 ("output tokens (max_tokens bound)", f"{p.output_tokens:,}", f"{o.output_tokens:,}")
@@ -267,12 +387,16 @@ class Estimate:
                 (f"$ output{bound}", money(p.cost.output), money(o.cost.output)),
                 (f"$ total{bound}", money(p.dollars), money(o.dollars)),
             ]
+            if spans:
+                rows.append((f"  $ range{bound}", _money_range(p), _money_range(o)))
             if not self._bound:
                 rows.append(("$ total, max_tokens bound", money(p.cost_max), money(o.cost_max)))
         timed = p.wall_seconds is not None or o.wall_seconds is not None
         rows.append(
             (f"wall time{bound if timed else ''}", secs(p.wall_seconds), secs(o.wall_seconds))
         )
+        if spans and timed:
+            rows.append((f"  wall time range{bound}", _time_range(p), _time_range(o)))
         return rows
 
     def _head(self) -> str:
@@ -306,21 +430,45 @@ class Estimate:
                 f"limit), an upper bound; probe={k} measures answer lengths on "
                 f"{plural(k, 'row')} first (it sends them)"
             )
+        lines += self._timing_lines()
         if self.probe_cost:
             lines.append(f"the probe cost ${self.probe_cost:,.4f} (already spent)")
         lines += [f"note: {n}" for n in self.notes]
         return lines
 
+    def _timing_lines(self) -> list[str]:
+        """Which dispatch timing gives the point figures, and what the ranges span."""
+        if self.timing is None:
+            return []
+        lines = [f"point figures: {self.timing.describe()}"]
+        span = self.planned.span or self.original.span
+        if span is None:
+            return lines
+        if span.cached_tokens[0] == span.cached_tokens[1]:
+            lines.append(
+                "ranges, over the dispatch timings the provider allows: the cached tokens "
+                "are the same with every answer instant and with every request in flight "
+                "sent at once"
+            )
+        else:
+            lines.append(
+                "ranges, over the dispatch timings the provider allows: fewest cached tokens "
+                f"{PACE_MEANING[span.fewest]}, most {PACE_MEANING[span.most]}"
+            )
+        return lines
+
     def __repr__(self) -> str:
         rows = self._rows()
         planned = f"planned ({self.reorder})"
+        original = "original order"
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in [*rows, ("", planned, "")])
+        w2 = max(16, *(len(r[2]) for r in rows))
         lines = [
             self._head(),
-            f"  {'':<{w0}}  {planned:>{w1}}  {'original order':>16}",
+            f"  {'':<{w0}}  {planned:>{w1}}  {original:>{w2}}",
         ]
-        lines += [f"  {a:<{w0}}  {b:>{w1}}  {c:>16}" for a, b, c in rows]
+        lines += [f"  {a:<{w0}}  {b:>{w1}}  {c:>{w2}}" for a, b, c in rows]
         lines += [f"  {line}" for line in self._lines()]
         return "\n".join(lines)
 
@@ -393,6 +541,29 @@ class Estimate:
         ax.set_title(self._head())
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.12), ncol=4, fontsize="small")
         return ax
+
+
+def _cached_range(f: Figures) -> str:
+    if f.span is None:
+        return "-"
+    (lo, hi), (slo, shi) = f.span.cached_tokens, f.span.cached_share
+    if lo == hi:
+        return f"{lo:,} ({slo:.1%})"
+    return f"{lo:,}-{hi:,} ({slo:.1%}-{shi:.1%})"
+
+
+def _money_range(f: Figures) -> str:
+    if f.span is None or f.span.dollars is None:
+        return "-"
+    lo, hi = f.span.dollars
+    return f"${lo:,.4f}" if f"{lo:.4f}" == f"{hi:.4f}" else f"${lo:,.4f}-${hi:,.4f}"
+
+
+def _time_range(f: Figures) -> str:
+    if f.span is None or f.span.wall_seconds is None:
+        return "-"
+    lo, hi = f.span.wall_seconds
+    return f"{lo:,.1f} s" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:,.1f}-{hi:,.1f} s"
 
 
 def _figures(plan: Plan, model: CostModel, s: CacheFigures, shape: RunShape) -> Figures:
@@ -496,17 +667,24 @@ def price_plan(
     total = sum(counts) + framing * n
     cacheable = model.cacheable(max(counts, default=0) + framing)
     if cacheable:
-        planned = _figures(plan, model, model.simulate(plan, pieces, shape), shape)
+        point = model.simulate(plan, pieces, shape)
+        planned = _paced(plan, model, pieces, shape, point)
     else:
-        planned = _figures(plan, model, model.uncached(bounds(plan), total, shape), shape)
+        point = model.uncached(bounds(plan), total, shape)
+        planned = _figures(plan, model, point, shape)
     if plan.reorder == "none":
         original = planned
     elif cacheable:
         base = _original(plan)
-        sim = model.simulate(base, Pieces(base, tokenizer.encode, pieces.cache), shape)
-        original = _figures(base, model, sim, shape)
+        base_pieces = Pieces(base, tokenizer.encode, pieces.cache)
+        original = _paced(base, model, base_pieces, shape, model.simulate(base, base_pieces, shape))
     else:
         original = _figures(plan, model, model.uncached(identity_bounds(plan), total, shape), shape)
+    if cacheable and point.timing is not None and n > RANGE_MAX_REQUESTS:
+        all_notes.append(
+            f"no range by dispatch timing above {RANGE_MAX_REQUESTS:,} requests (it takes two "
+            "more replays of each order): the figures are at the modelled latency only"
+        )
     if scale != 1.0:
         planned, original = planned.scaled(scale), original.scaled(scale)
     return Estimate(
@@ -524,4 +702,23 @@ def price_plan(
         price=model.price,
         notes=tuple(all_notes),
         seconds_to_estimate=time.perf_counter() - started,
+        timing=point.timing,
     )
+
+
+def _paced(
+    plan: Plan, model: CostModel, pieces: Pieces, shape: RunShape, point: CacheFigures
+) -> Figures:
+    """The figures of ``point`` (the modelled pace), with their range over the other paces.
+
+    A replay that did not depend on a dispatch timing (``point.timing`` is
+    ``None``: batch runs, local engines) has no range.
+    """
+    figures = _figures(plan, model, point, shape)
+    if point.timing is None or shape.pace != "modelled" or len(plan) > RANGE_MAX_REQUESTS:
+        return figures
+    paced: dict[Pace, Figures] = {"modelled": figures}
+    for pace in PACES[1:]:
+        sim = model.simulate(plan, pieces, replace(shape, pace=pace))
+        paced[pace] = _figures(plan, model, sim, shape)
+    return replace(figures, span=span_of(paced))

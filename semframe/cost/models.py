@@ -29,8 +29,9 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from semframe.core.plan import Plan
@@ -51,16 +52,20 @@ from semframe.cost.framing import anthropic_framing, gemini_framing, openai_fram
 from semframe.cost.pricing import Price, cost, price_for
 from semframe.cost.simulate import Encoder, Pieces, replay, simulate_async, slots_of
 from semframe.cost.tokens import count, encoding_for_model, encoding_name_for_model
-from semframe.errors import ConfigError
+from semframe.errors import ConfigError, plural
 from semframe.serving.vllm.timing import predict
 
 __all__ = [
+    "AT_ONCE_FLOOR_S",
     "EXPLICIT_CACHE_MARGIN_S",
     "MAX_BREAKPOINTS",
     "OPENAI_BREAKPOINT_TTL",
+    "PACES",
+    "PACE_MEANING",
     "READ_MULTIPLIER",
     "RETENTION_SECONDS",
     "TTL_SECONDS",
+    "TYPICAL_LATENCY",
     "WRITE_MULTIPLIER",
     "AnthropicCost",
     "BlockCost",
@@ -69,8 +74,10 @@ __all__ = [
     "GeminiCost",
     "LatencyModel",
     "OpenAICost",
+    "Pace",
     "RunShape",
     "SlotCost",
+    "Timing",
     "Tokenizer",
     "cache_key",
     "choose_breakpoints",
@@ -132,6 +139,136 @@ class LatencyModel:
         )
 
 
+TYPICAL_LATENCY: Mapping[str, LatencyModel] = MappingProxyType(
+    {
+        "openai": LatencyModel(0.6, 0.01, 0.0, 0.007),
+        "anthropic": LatencyModel(0.8, 0.015, 0.0, 0.007),
+        "gemini": LatencyModel(0.6, 0.01, 0.0, 0.007),
+    }
+)
+"""A typical answer time of each provider's API, for a short prompt: an assumption.
+
+The shape is what the providers say decides latency: "the model and the
+number of tokens generated" (OpenAI), the time to the first token and then
+the output tokens per second (Anthropic). No provider publishes a typical
+figure for its standard tier; OpenAI's priority tier guarantees 50 to 100
+output tokens a second (90 for gpt-4.1-mini) for 99% of requests. Here: 0.6 s
+(0.8 s for Claude) to the first token, then 10 ms (15 ms) per output token.
+The cost models' point figures use these, and the provider emulator answers
+after them by default (``semframe.testing.emulator.Latency.typical``).
+"""
+
+AT_ONCE_FLOOR_S = 1.0
+"""Seconds a request takes in the ``"at once"`` pace where the modelled latency is 0."""
+
+Pace = Literal["modelled", "instant", "at once"]
+"""A dispatch timing the estimator replays (see :class:`Timing`)."""
+
+PACES: tuple[Pace, ...] = ("modelled", "instant", "at once")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The dispatch timing a replay assumed: what the figures of one pace rest on.
+
+    Which requests find a prefix cached depends on when each was sent and
+    answered, and the provider's timing is not known in advance. Three paces
+    of the same dispatch are replayed:
+
+    ``"modelled"``
+        Every request answered ``latency.seconds(output_tokens)`` after it
+        was sent, one sent every ``latency.send_s``: the point figure.
+    ``"instant"``
+        Every answer at once (0 s): each prefix readable as soon as its
+        request was processed, the most a client sending one request at a
+        time can find cached (a provider faster than its client).
+    ``"at once"``
+        Every request the dispatcher holds in flight sent together (no client
+        time), each answered after the modelled time (:data:`AT_ONCE_FLOOR_S`
+        where that is 0): in each wave every prefix is written before any is
+        read, the least the dispatch allows.
+
+    Attributes
+    ----------
+    latency : LatencyModel
+        The latency model of the point figure.
+    output_tokens : float
+        Output tokens per request the model was given.
+    workers : int
+        Requests in flight at most.
+    warm : bool
+        The run's first request goes alone (warm start).
+    pace : {"modelled", "instant", "at once"}
+        Which of the three.
+
+    Examples
+    --------
+    >>> t = Timing(LatencyModel(0.6, 0.01), 32, workers=20)
+    >>> round(t.request_s, 2), t.send_s
+    (0.92, 0.007)
+    >>> t.at("instant").request_s, t.at("at once").send_s
+    (0.0, 0.0)
+    >>> print(t.describe())  # doctest: +NORMALIZE_WHITESPACE
+    each request answered 0.92 s after it is sent (0.6 s + 0.01 s x 32 output tokens),
+    up to 20 in flight, one sent every 7 ms
+    """
+
+    latency: LatencyModel
+    output_tokens: float
+    workers: int
+    warm: bool = False
+    pace: Pace = "modelled"
+
+    @property
+    def request_s(self) -> float:
+        """Seconds from a request's arrival to its answer at this pace."""
+        seconds = self.latency.seconds(self.output_tokens)
+        if self.pace == "instant":
+            return 0.0
+        if self.pace == "at once":
+            return seconds if seconds > 0 else AT_ONCE_FLOOR_S
+        return seconds
+
+    @property
+    def send_s(self) -> float:
+        """Client seconds per request sent at this pace."""
+        return 0.0 if self.pace == "at once" else self.latency.send_s
+
+    def at(self, pace: Pace) -> Timing:
+        """The same dispatch at another pace."""
+        return replace(self, pace=pace)
+
+    def describe(self) -> str:
+        """The modelled pace in words: latency per request, concurrency, client time."""
+        lat = self.latency
+        parts = [f"{lat.fixed_s:g} s"]
+        if lat.per_output_token_s:
+            parts.append(f"{lat.per_output_token_s:g} s x {self.output_tokens:,.0f} output tokens")
+        shape = f" ({' + '.join(parts)})" if len(parts) > 1 else ""
+        text = (
+            f"each request answered {_seconds(lat.seconds(self.output_tokens))} after it is "
+            f"sent{shape}, up to {self.workers:,} in flight, one sent every "
+            f"{lat.send_s * 1000:g} ms"
+        )
+        return text + ("; the first alone (warm start)" if self.warm else "")
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.2f} s" if x < 10 else f"{x:,.1f} s"
+
+
+PACE_MEANING: Mapping[Pace, str] = MappingProxyType(
+    {
+        "modelled": "at the modelled latency",
+        "instant": "with every answer instant (each prefix readable as soon as its request "
+        "was processed)",
+        "at once": "with every request in flight sent at once (each prefix written before "
+        "any is read)",
+    }
+)
+"""Each pace in words, as the estimate explains its ranges."""
+
+
 @dataclass(frozen=True)
 class Tokenizer:
     """How the estimator counts a backend's tokens.
@@ -171,6 +308,12 @@ class RunShape:
         The first request goes alone, so the head every request shares is
         cached before the rest are sent (the ``warm_start`` setting, or the
         cost model's :attr:`CostModel.warm_start`).
+    pace : {"modelled", "instant", "at once"}
+        The dispatch timing to replay (:class:`Timing`; API backends).
+    slots : int or None
+        Requests the run would keep in flight with rows to spare (the engine's
+        slots, or ``max_concurrency``): a local engine's calibration is looked
+        up by it, whatever the row count. None: ``workers``.
     """
 
     workers: int
@@ -179,6 +322,8 @@ class RunShape:
     cache_dir: Path
     latency: LatencyModel | None = None
     warm: bool = False
+    pace: Pace = "modelled"
+    slots: int | None = None
 
 
 @dataclass(frozen=True)
@@ -186,7 +331,9 @@ class CacheFigures:
     """Expected prompt-side figures of one request order.
 
     ``writes_5m`` and ``writes_1h`` are cache writes per TTL (Anthropic);
-    ``wall`` is the expected wall time, ``None`` where it is not modelled.
+    ``wall`` is the expected wall time, ``None`` where it is not modelled;
+    ``timing`` is the dispatch timing the figures were replayed at, ``None``
+    where they do not depend on one (batch runs, local engines).
     """
 
     input_tokens: int
@@ -194,6 +341,7 @@ class CacheFigures:
     writes_5m: int = 0
     writes_1h: int = 0
     wall: float | None = None
+    timing: Timing | None = None
 
 
 class CostModel(Protocol):
@@ -412,7 +560,7 @@ class _ApiCost:
             sim.complete(tickets.pop(i), at=t)
 
         wall = self._replay(plan, shape, arrive, complete)
-        return CacheFigures(totals[0], totals[1], totals[2], totals[3], wall)
+        return CacheFigures(totals[0], totals[1], totals[2], totals[3], wall, self.timing(shape))
 
     @property
     def warm_start(self) -> bool:
@@ -463,15 +611,23 @@ class _ApiCost:
     def _latency(self, shape: RunShape) -> LatencyModel:
         return shape.latency or self.latency
 
+    def timing(self, shape: RunShape) -> Timing | None:
+        """The dispatch timing a live run of ``shape`` is replayed at; None for batch runs."""
+        if shape.batch:
+            return None
+        return Timing(self._latency(shape), shape.out_mean, shape.workers, shape.warm, shape.pace)
+
     def uncached(
         self, groups: Sequence[tuple[int, int]], input_tokens: int, shape: RunShape
     ) -> CacheFigures:
+        timing = self.timing(shape)
         wall = None
-        if not shape.batch:
-            lat = self._latency(shape)
+        if timing is not None:
             n = groups[-1][1] if groups else 0
-            wall = simulate_async(groups, n, shape.workers, lat.seconds(shape.out_mean), lat.send_s)
-        return CacheFigures(input_tokens, 0, wall=wall)
+            wall = simulate_async(
+                groups, n, shape.workers, timing.request_s, timing.send_s, warm=shape.warm
+            )
+        return CacheFigures(input_tokens, 0, wall=wall, timing=timing)
 
     def notes(self, shape: RunShape) -> list[str]:
         if not shape.batch:
@@ -485,13 +641,13 @@ class _ApiCost:
         arrive: Callable[[int, float], None],
         complete: Callable[[int, float], None],
     ) -> float | None:
-        lat = self._latency(shape)
+        timing = self.timing(shape)
         return replay(
             plan,
             workers=shape.workers,
-            batch=shape.batch,
-            latency=lat.seconds(shape.out_mean),
-            send_s=lat.send_s,
+            batch=timing is None,
+            latency=0.0 if timing is None else timing.request_s,
+            send_s=0.0 if timing is None else timing.send_s,
             arrive=arrive,
             complete=complete,
             warm=shape.warm,
@@ -603,7 +759,7 @@ class OpenAICost(_ApiCost):
     :meth:`breakpoints` finds the write repaid, as on Anthropic.
     """
 
-    latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.6, 0.01, 0.0, 0.007))
+    latency: LatencyModel = field(default_factory=lambda: TYPICAL_LATENCY["openai"])
     retention: str | None = None  # prompt_cache_retention sent; None: none sent
 
     @property
@@ -674,7 +830,7 @@ class OpenAICost(_ApiCost):
             sim.complete(tickets.pop(i), at=t)
 
         wall = self._replay(plan, shape, arrive, complete)
-        return CacheFigures(totals[0], totals[1], wall=wall)
+        return CacheFigures(totals[0], totals[1], wall=wall, timing=self.timing(shape))
 
 
 def min_sharers(write: float, read: float = READ_MULTIPLIER) -> int:
@@ -765,7 +921,7 @@ class AnthropicCost(_ApiCost):
     enough requests to repay the write premium.
     """
 
-    latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.8, 0.015, 0.0, 0.007))
+    latency: LatencyModel = field(default_factory=lambda: TYPICAL_LATENCY["anthropic"])
     ttl: Literal["5m", "1h"] = "5m"
     minimum: int = 1024  # the shortest cacheable prefix (1,024 for an unknown model)
 
@@ -831,7 +987,7 @@ class GeminiCost(_ApiCost):
     batch API does not take them).
     """
 
-    latency: LatencyModel = field(default_factory=lambda: LatencyModel(0.6, 0.01, 0.0, 0.007))
+    latency: LatencyModel = field(default_factory=lambda: TYPICAL_LATENCY["gemini"])
     ttl: Literal["5m", "1h"] = "5m"
     minimum: int = 2048  # the shortest cacheable prefix
 
@@ -920,7 +1076,7 @@ class GeminiCost(_ApiCost):
         wall = self._replay(plan, shape, arrive, complete)
         written = totals[2]
         w5, w1 = (0, written) if self.ttl == "1h" else (written, 0)
-        return CacheFigures(totals[0], totals[1], w5, w1, wall)
+        return CacheFigures(totals[0], totals[1], w5, w1, wall, self.timing(shape))
 
     def notes(self, shape: RunShape) -> list[str]:
         notes = [
@@ -1073,6 +1229,11 @@ class _EngineCost:
         return CacheFigures(input_tokens, 0)
 
 
+def _slots(shape: RunShape) -> int:
+    """The slot count a run of ``shape`` has with rows to spare (its calibration's key)."""
+    return shape.slots or shape.workers
+
+
 @dataclass(eq=False)
 class SlotCost(_EngineCost):
     """An engine whose slots each keep one KV prefix (llama.cpp; the fake backend).
@@ -1086,10 +1247,15 @@ class SlotCost(_EngineCost):
     calibrated: bool = False
 
     def calibration(self, shape: RunShape) -> LocalCalibration | None:
-        """The stored calibration for this machine, model and slot count, if any."""
+        """The stored calibration for this machine, model and slot count, if any.
+
+        The slot count is the run's with rows to spare (``shape.slots``): a
+        call of fewer rows than the engine has slots uses the engine's
+        calibration.
+        """
         if not self.calibrated:
             return None
-        return load_calibration(shape.cache_dir, self.model, shape.workers)
+        return load_calibration(shape.cache_dir, self.model, _slots(shape))
 
     def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
         n = len(plan.requests)
@@ -1124,12 +1290,17 @@ class SlotCost(_EngineCost):
         if cal is None:
             return [
                 "local engine uncalibrated: no wall time; run semframe.calibrate_local("
-                f"model={self.model!r}, slots={shape.workers}) once on this machine (about a "
+                f"model={self.model!r}, slots={_slots(shape)}) once on this machine (about a "
                 "minute) and estimate again"
             ]
+        busy = (
+            f"; this call keeps {plural(shape.workers, 'slot')} busy"
+            if shape.workers < cal.slots
+            else ""
+        )
         return [
-            f"wall time from the calibration of {cal.measured_at} ({cal.slots} slots); prefix "
-            "reuse per slot only (the engine's RAM prompt cache is not modelled)"
+            f"wall time from the calibration of {cal.measured_at} ({cal.slots} slots{busy}); "
+            "prefix reuse per slot only (the engine's RAM prompt cache is not modelled)"
         ]
 
 

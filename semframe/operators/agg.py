@@ -34,7 +34,7 @@ from semframe.core.plan import Plan, RelQuery, make_plan
 from semframe.core.table import Table, fence
 from semframe.core.template import Template, compile_template
 from semframe.cost.estimate import Estimate
-from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean
+from semframe.errors import ColumnError, InputError, RowError, RowErrors, did_you_mean, plural
 from semframe.operators.common import (
     apply_truncate,
     check_new_columns,
@@ -95,9 +95,10 @@ class AggPlan:
     def explain(self, n: int = 3) -> str:
         """The level-0 plan's explanation, preceded by the reduction's shape."""
         head = (
-            f"AggPlan: {self.groups} group(s), {sum(self.chunks)} chunk(s) at level 0 "
-            f"(largest group {max(self.chunks, default=0)}), up to {self.levels} level(s) "
-            f"and {self.max_requests} request(s) in all; chunk budget {self.chunk_tokens} tokens"
+            f"AggPlan: {plural(self.groups, 'group')}, {plural(sum(self.chunks), 'chunk')} at "
+            f"level 0 (largest group {max(self.chunks, default=0)}), up to "
+            f"{plural(self.levels, 'level')} and {plural(self.max_requests, 'request')} in all; "
+            f"chunk budget {self.chunk_tokens} tokens"
         )
         return head + "\n" + self.first.explain(n)
 
@@ -427,7 +428,7 @@ def _run_agg(agg: _Agg, runner: Runner) -> Output:
             if outcome.error_kind is not None:
                 errors[g] = (
                     f"{outcome.error_kind} error at level {level} in {label}: {outcome.error} "
-                    f"(after {outcome.attempts} attempt(s))"
+                    f"(after {plural(outcome.attempts, 'attempt')})"
                 )
                 continue
             if was_cut(outcome):
@@ -472,8 +473,8 @@ def _label(agg: _Agg, g: int, chunk: Sequence[int], labels: Sequence[object]) ->
     n = len(agg.chunk_rows[g])
     where = f"group {_key(agg, g)!r}" if agg.by else "all rows"
     return (
-        f"chunk of {where} ({len(chunk)} row(s), labels {labels[chunk[0]]!r}..."
-        f"{labels[chunk[-1]]!r}; {n} chunk(s) in the group)"
+        f"chunk of {where} ({plural(len(chunk), 'row')}, labels {labels[chunk[0]]!r}..."
+        f"{labels[chunk[-1]]!r}; {plural(n, 'chunk')} in the group)"
     )
 
 

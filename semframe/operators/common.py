@@ -21,7 +21,7 @@ from semframe.core.plan import RelQuery, validate
 from semframe.core.table import Table
 from semframe.core.template import compile_template
 from semframe.core.wire import Outcome
-from semframe.errors import InputError, RowError, RowErrors
+from semframe.errors import InputError, RowError, RowErrors, plural
 from semframe.runtime.call import Call, Recipe
 
 __all__ = [
@@ -301,8 +301,8 @@ def compile_call(
 
 
 def describe(outcome: Outcome) -> str:
-    """Why a row has no value: ``"<kind>: <detail> (after <n> attempt(s))"``."""
-    return f"{outcome.error_kind}: {outcome.error} (after {outcome.attempts} attempt(s))"
+    """Why a row has no value: ``"<kind>: <detail> (after <n> attempts)"``."""
+    return f"{outcome.error_kind}: {outcome.error} (after {plural(outcome.attempts, 'attempt')})"
 
 
 def was_cut(outcome: Outcome) -> bool:

@@ -105,7 +105,8 @@ def estimate_plan(
     backend, model = _resolve(settings)
     model.check()
     limit = backend.capabilities.max_concurrency if backend is not None else model.concurrency
-    workers = max(1, min(limit, settings["max_concurrency"] or limit, len(plan) or 1))
+    slots = max(1, min(limit, settings["max_concurrency"] or limit))
+    workers = min(slots, len(plan) or 1)
     out_mean = float(plan.relquery.max_tokens)
     source = "max_tokens"
     probe_cost = None
@@ -125,6 +126,7 @@ def estimate_plan(
         cache_dir=cache_dir(settings["cache_dir"]),
         latency=latency,
         warm=warm_start(model, settings["warm_start"]),
+        slots=slots,
     )
     return price_plan(
         plan,

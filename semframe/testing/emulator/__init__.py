@@ -3,7 +3,9 @@
 Tests and benchmarks point the official SDK clients at it. It applies each
 provider's prompt-caching rules (:mod:`semframe.cost.cachesim`) to the tokens it
 receives, bills every request with the price table (:mod:`semframe.cost.pricing`),
-answers deterministically, and injects faults on demand.
+answers deterministically after each provider's typical latency
+(:meth:`Latency.typical`; ``latency=Latency(0)`` answers at once), and injects
+faults on demand.
 
 Examples
 --------

@@ -15,14 +15,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface (default loopback)")
     parser.add_argument("--port", type=int, default=8765, help="port (0: any free one)")
-    parser.add_argument("--latency", type=float, default=0.0, help="fixed seconds per request")
-    parser.add_argument("--per-token", type=float, default=0.0, help="seconds per output token")
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=None,
+        help="fixed seconds per request (default: each provider's typical time; 0: instant)",
+    )
+    parser.add_argument(
+        "--per-token", type=float, default=None, help="seconds per output token (default 0)"
+    )
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds before batches end")
     args = parser.parse_args(argv)
     emu = ProviderEmulator(
         host=args.host,
         port=args.port,
-        latency=Latency(args.latency, args.per_token),
+        latency=None
+        if args.latency is None and args.per_token is None
+        else Latency(args.latency or 0.0, args.per_token or 0.0),
         batch_delay_s=args.batch_delay,
     )
     emu.start()

@@ -95,8 +95,7 @@ class GeminiHost(Protocol):
     def responder(self) -> Responder: ...
     @property
     def prices(self) -> Mapping[str, Any]: ...
-    @property
-    def latency(self) -> Any: ...  # ``Latency``: ``.of(output_tokens)`` seconds
+    def latency_for(self, provider: str) -> Any: ...  # ``Latency``: ``.of(output_tokens)`` s
     @property
     def ledger(self) -> Ledger: ...
     @property
@@ -449,7 +448,7 @@ class GeminiService:
             ticket = self._sim(price).begin(tokens, arrival=arrival, explicit=len(explicit))
         answer, out_tokens, cut = self._answer(model, text, schema, max_tokens, fault)
         if not batch:
-            self._wait(self.host.latency.of(out_tokens))
+            self._wait(self.host.latency_for("gemini").of(out_tokens))
         completion = clock.now()
         with self._lock:
             self._sim(price).complete(ticket, at=completion)

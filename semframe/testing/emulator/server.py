@@ -40,6 +40,7 @@ from semframe.cost.framing import (
     openai_prompt_tokens,
     prompt_text,
 )
+from semframe.cost.models import TYPICAL_LATENCY
 from semframe.cost.pricing import Cost, Price, cost, price_for
 from semframe.cost.tokens import encoding
 from semframe.errors import ConfigError
@@ -86,6 +87,13 @@ class Latency:
     """Simulated response time: ``fixed_s + per_output_token_s * output_tokens``.
 
     The emulator really waits this long before answering (not in batches).
+    ``Latency(0)`` answers at once (what most tests want); an emulator built
+    without a latency answers after :meth:`typical` for each provider.
+
+    Examples
+    --------
+    >>> Latency(0).of(50), round(Latency.typical("openai").of(32), 3)
+    (0.0, 0.92)
     """
 
     fixed_s: float = 0.0
@@ -94,6 +102,19 @@ class Latency:
     def of(self, output_tokens: int) -> float:
         """Seconds for an answer of ``output_tokens`` tokens."""
         return self.fixed_s + self.per_output_token_s * output_tokens
+
+    @classmethod
+    def typical(cls, provider: str) -> Latency:
+        """A typical answer time of ``provider``'s API (``openai``, ``anthropic``, ``gemini``).
+
+        The time to the first token, then a time per output token, as the
+        cost estimator assumes by default
+        (:data:`semframe.cost.models.TYPICAL_LATENCY`, where the figures are
+        justified): 0.6 s + 10 ms per output token (OpenAI, Gemini), 0.8 s +
+        15 ms (Anthropic).
+        """
+        model = TYPICAL_LATENCY[provider]
+        return cls(model.fixed_s, model.per_output_token_s)
 
 
 class _Failure(Exception):
@@ -266,8 +287,12 @@ class ProviderEmulator:
         :func:`~semframe.testing.emulator.default_responder`.
     prices : mapping, optional
         Price overrides / extra models, as ``[prices."model"]`` tables.
-    latency : Latency
-        Simulated response time of live (non-batch) requests.
+    latency : Latency, optional
+        Simulated response time of live (non-batch) requests, every provider
+        alike. Default: each provider's typical time (:meth:`Latency.typical`:
+        0.6 s + 10 ms per output token for OpenAI and Gemini, 0.8 s + 15 ms
+        for Anthropic), so caching behaves as it does against the real APIs,
+        where requests sent together all miss. ``Latency(0)`` answers at once.
     openai_rules : OpenAIRules, optional
         OpenAI cache parameters (TTL, machines, overflow rate...). The minimum
         and step come from the price table.
@@ -307,7 +332,7 @@ class ProviderEmulator:
         self.clock: Clock = clock or MonotonicClock()
         self.responder: Responder = responder or default_responder
         self.prices = dict(prices or {})
-        self.latency = latency or Latency()
+        self.latency = latency
         self.openai_rules = openai_rules or OpenAIRules()
         self.anthropic_lookback = anthropic_lookback
         self.api_keys = frozenset(api_keys) if api_keys is not None else None
@@ -328,6 +353,10 @@ class ProviderEmulator:
         self._gemini = GeminiService(self, self._stopping)  # the Gemini routes
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    def latency_for(self, provider: str) -> Latency:
+        """How long a live request to ``provider`` waits for its answer."""
+        return self.latency if self.latency is not None else Latency.typical(provider)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -681,7 +710,7 @@ class ProviderEmulator:
             "openai", model, text, schema=schema, max_tokens=max_tokens, fault=fault
         )
         if not batch:
-            self._wait(self.latency.of(out_tokens))
+            self._wait(self.latency_for("openai").of(out_tokens))
         completion = self.clock.now()
         with self._lock:
             if blocks is None:
@@ -1004,7 +1033,7 @@ class ProviderEmulator:
             "anthropic", model, text, schema=schema, max_tokens=max_tokens, fault=fault
         )
         if not batch:
-            self._wait(self.latency.of(out_tokens))
+            self._wait(self.latency_for("anthropic").of(out_tokens))
         completion = self.clock.now()
         with self._lock:
             self._anthropic_sim(price).complete(ticket, at=completion)
