@@ -37,8 +37,21 @@ columns, low cardinality): mean and minimum of ``PHC(GGR) / PHC(OPHR)``.
     python benchmarks/reorder.py
     python benchmarks/reorder.py --rows 50000 --fds 0>3,1>4 --repeats 3
     python benchmarks/reorder.py --reference ../ggr-reference
+    python benchmarks/reorder.py --units
 
 Writes ``benchmarks/results/reorder.json``.
+
+``--units`` measures instead the hit rates in the cache's own units on the
+data tables and the long-tail tables (``benchmarks/results/reorder_units.json``):
+in characters, in ``o200k_base`` tokens (``semframe.cost.tokens``, offline),
+in whole 16-token KV blocks (vLLM's default) and at OpenAI's 1,024-token
+minimum and 128-token steps, for the file's order, GGR (its choice in
+characters, as without a backend), GGR with its choice made at each
+granularity (what the planner does for such a backend), and the reference
+when present. OpenAI is measured on the field segments alone and after an
+instruction block of ``--head`` tokens (default 1,024), which every prompt
+shares: there the rate is the field tokens served beyond what the block alone
+gets, ``(served - (n - 1) * round(head)) / field tokens``.
 """
 
 from __future__ import annotations
@@ -64,7 +77,8 @@ import numpy as np
 
 from semframe.core.ordering import Ordering
 from semframe.core.table import Table
-from semframe.reorder import evaluate, ggr, ophr, order, phc
+from semframe.cost.tokens import count
+from semframe.reorder import Granularity, Objective, evaluate, ggr, hit_rate, ophr, order, phc
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = (ROOT / ".." / "shared" / "data").resolve()
@@ -405,6 +419,101 @@ def scaling(
     return out
 
 
+OPENAI = Granularity(minimum=1024, step=128)
+BLOCKS = Granularity(step=16)
+
+
+@functools.cache
+def o200k(text: str) -> int:
+    """``o200k_base`` tokens of ``text`` (offline, memoized: segments repeat)."""
+    return count([text])[0]
+
+
+def unit_rates(table: Table, o: Ordering, head: int) -> dict[str, float]:
+    """Hit rates of ``o`` in characters, tokens, 16-token blocks and OpenAI's steps."""
+    n = len(o.rows)
+    fields = hit_rate(table, o, tokenizer=o200k, granularity=Granularity()) if n else 0.0
+    field_tokens = sum(o200k(f"{c}: {v}\n") for c in table.columns for v in table.cells[c])
+    with_head = hit_rate(table, o, tokenizer=o200k, granularity=OPENAI, head=head)
+    served = with_head * (field_tokens + head * n)
+    beyond = (served - (n - 1) * OPENAI.round(head)) / field_tokens if field_tokens else 0.0
+    return {
+        "characters": hit_rate(table, o),
+        "tokens": fields,
+        "blocks_16": hit_rate(table, o, tokenizer=o200k, granularity=BLOCKS),
+        "openai_fields_only": hit_rate(table, o, tokenizer=o200k, granularity=OPENAI),
+        "openai_after_head": beyond,
+    }
+
+
+def units_report(args: argparse.Namespace) -> dict[str, object]:
+    """Hit rates in the cache's own units on the data and long-tail tables."""
+    head = args.head
+    tables = [
+        (
+            "movies_small.csv (movie_title, movie_info, review_content)",
+            load_csv(DATA / "movies_small.csv", ["movie_title", "movie_info", "review_content"]),
+        ),
+        ("contributions.csv (all 15 columns)", load_csv(DATA / "contributions.csv")),
+        (
+            f"long-tail item reviews {args.long_tail_rows:,} x 9",
+            long_tail(args.long_tail_rows, seed=args.seed),
+        ),
+        (
+            f"long-tail item reviews {args.long_tail_rows:,} x 9, 95% one score for all aspects",
+            long_tail(args.long_tail_rows, seed=args.seed, same=0.95),
+        ),
+    ]
+    reference = find_reference(args)
+    names = {
+        "characters": "chars",
+        "tokens": "tokens",
+        "blocks_16": "16-token blocks",
+        "openai_fields_only": "OpenAI 1,024/128, fields only",
+        "openai_after_head": f"OpenAI 1,024/128 after {head:,}-token head",
+    }
+    out = []
+    for title, table in tables:
+        orders: list[tuple[str, Ordering]] = [
+            ("file order", order(table, "none")),
+            ("ggr (choice in characters)", ggr(table)),
+            (
+                f"ggr, choice at OpenAI 1,024/128 after {head:,}-token head",
+                order(table, "ggr", objective=Objective(OPENAI, o200k, head)),
+            ),
+            (
+                "ggr, choice at 16-token blocks",
+                order(table, "ggr", objective=Objective(BLOCKS, o200k)),
+            ),
+        ]
+        if reference is not None and table.n_rows <= reference.max_rows:
+            got = reference_order(table, reference.directory, reference.python)
+            if got is not None:
+                orders.append(("reference (authors' QuickGreedy)", got[0]))
+        rows = [{"order": name, **unit_rates(table, o, head)} for name, o in orders]
+        print(f"\n### {title}: {table.n_rows:,} rows x {len(table.columns)} columns\n")
+        print("| order | " + " | ".join(names.values()) + " |")
+        print("|---|" + "---:|" * len(names))
+        for r in rows:
+            print(f"| {r['order']} | " + " | ".join(f"{r[k]:.3f}" for k in names) + " |")
+        out.append(
+            {"table": title, "rows": table.n_rows, "columns": len(table.columns), "orders": rows}
+        )
+    return {
+        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        "tokenizer": "o200k_base (semframe.cost.tokens, offline)",
+        "granularities": {
+            "blocks_16": asdict(BLOCKS),
+            "openai": asdict(OPENAI),
+            "head_tokens": head,
+        },
+        "reference": None if reference is None else str(reference.directory),
+        "note": "hit rates count field segments; openai_after_head: field tokens served "
+        "beyond the head's own rounded share, over field tokens",
+        "tables": out,
+    }
+
+
 def parse_fds(text: str) -> list[tuple[int, int]]:
     out = []
     for part in filter(None, text.split(",")):
@@ -453,9 +562,25 @@ def main() -> None:
     parser.add_argument("--reference-python", type=Path, default=None)
     parser.add_argument("--reference-max-rows", type=int, default=30_000)
     parser.add_argument("--small-tables", type=int, default=500)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--units",
+        action="store_true",
+        help="only hit rates in characters, tokens, 16-token blocks and OpenAI's 1,024/128",
+    )
+    parser.add_argument(
+        "--head", type=int, default=1024, help="--units: instruction tokens before every prompt"
+    )
     args = parser.parse_args()
     fds = parse_fds(args.fds)
+    if args.units:
+        out = args.out or RESULTS.with_name("reorder_units.json")
+        report_units = units_report(args)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report_units, indent=2) + "\n", encoding="utf-8")
+        print(f"\nwrote {out}")
+        return
+    args.out = args.out or RESULTS
 
     report: dict[str, object] = {
         "machine": {

@@ -311,6 +311,15 @@ SETTINGS: dict[str, Setting] = {
             "'24h'; GPT-5.6 and later cache by breakpoints and take none). None: not sent.",
         ),
         Setting(
+            "service_tier",
+            _choice_or_none("default", "flex", "priority"),
+            None,
+            "OpenAI service_tier to send with live requests: 'flex' (the batch price, "
+            "synchronously; slower, and 429 'resource unavailable' at busy times), 'priority' "
+            "(faster, dearer) or 'default', for the models the price table lists the tier for "
+            "(another is an error before anything is sent). None: not sent.",
+        ),
+        Setting(
             "batch",
             _bool,
             False,

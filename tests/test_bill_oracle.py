@@ -40,6 +40,7 @@ import tiktoken
 
 import semframe
 from semframe.backends import reset_backends
+from semframe.cost.pricing import price_for
 from semframe.testing.emulator import Latency, ProviderEmulator
 
 FIXTURE = Path(__file__).parent / "oracle" / "bills.toml"
@@ -675,3 +676,205 @@ def test_emulator_counts_the_cookbook_example_as_the_api_did(
         )
     assert r.usage is not None
     assert r.usage.prompt_tokens == example["api_prompt_tokens"]
+
+
+# ---------------------------------------------------------------- GPT-5.6: breakpoints
+
+# From GPT-5.6 OpenAI caches only at breakpoints, reads a prefix back only where a
+# breakpoint of the new request ends exactly on it, and bills every cache write at
+# 1.25x input (OpenAI's prompt-caching guide, quoted in semframe/data/prices.toml).
+# semframe marks a breakpoint at each shared prefix of 1,024 tokens or more that at
+# least 2 rows share (1.25 + 0.1 x (n - 1) < n from n = 2).
+#
+# The relQuery: 6 rows, one ~1,500-token rubric shared by all, and two prefix
+# groups of 3 rows by movie (GGR puts the movie first and each group together).
+# Every piece below is a text part of its own in the request (the parts are cut at
+# the breakpoints), so each is tokenized alone; the counts are o200k_base's, checked
+# with tiktoken by test_gpt56_pieces_are_the_stated_tiktokens:
+#
+#   H  = the instruction block "Rubric: apple x 1480\nJudge [review] of [movie].\n\n"  1,492
+#   GA = "movie: Alien. space x 200\n"                                                   205
+#   GB = "movie: Heat. crime x 100\n"                                                    105
+#   R  = "review: <word>\n" (tense, slow, dark, long, loud, cold)                       4 each
+#
+# Framing (OpenAI's cookbook): 3 tokens per message + 1 for the role "user" + 3
+# priming the reply = 7. Where the 4 message tokens sit is not published; semframe
+# (estimator and emulator alike) puts all 4 before the content. (Were <|end|> after
+# the content instead, every breakpoint prefix would be 1 token shorter: each read
+# and the first write 1 token less, 5 tokens more uncached, $0.0000264 less in all.)
+#
+#   prompt_tokens: group A 4 + 1,492 + 205 + 4 + 3 = 1,708; group B 4 + 1,492 + 105 + 4 + 3 = 1,608
+#   breakpoint 1 (end of H):  4 + 1,492 = 1,496 tokens
+#   breakpoint 2 (end of G):  A 1,496 + 205 = 1,701;  B 1,496 + 105 = 1,601
+#
+# max_concurrency 1: each request is sent once the one before it is answered.
+#
+#   req  row group  writes                    reads                   uncached         output
+#   1    A   lead   1,701 (nothing stored)    0                       1,708-1,701 = 7  1
+#   2    A          0                         1,701 (bp 2 stored)     7                1
+#   3    A          0                         1,701                   7                1
+#   4    B   lead   1,601-1,496 = 105         1,496 (bp 1 only)       7                1
+#   5    B          0                         1,601                   7                1
+#   6    B          0                         1,601                   7                1
+#   sum             1,806                     8,100                   42               6
+#   prompt_tokens = 3 x 1,708 + 3 x 1,608 = 9,948 = 1,806 + 8,100 + 42
+#
+# (Which group goes first does not change the sums: B first writes 1,601 + 205 and
+# reads 2 x 1,601 + 1,496 + 2 x 1,701, the same 1,806 and 8,100.)
+#
+# Dollars at gpt-5.6's prices (input 4.00, cache write 5.00, cached input 0.40,
+# output 20.00 per million; max_tokens 1, so every answer is 1 token):
+#
+#   uncached  42 x 4.00 / 1e6    = 0.000168
+#   reads     8,100 x 0.40 / 1e6 = 0.003240
+#   writes    1,806 x 5.00 / 1e6 = 0.009030
+#   output    6 x 20.00 / 1e6    = 0.000120
+#   total                        = 0.012558   (no caching: 9,948 x 4 / 1e6 + 0.00012 = 0.039912)
+#
+# service_tier="flex" (the batch price, 0.5x every component): 0.000084 + 0.001620 +
+# 0.004515 + 0.000060 = 0.006279.
+
+GPT56_TEMPLATE = "Rubric:" + " apple" * 1480 + "\nJudge {review} of {movie}."
+GPT56_MOVIES = {"A": "Alien." + " space" * 200, "B": "Heat." + " crime" * 100}
+GPT56_FRAME = pd.DataFrame(
+    {
+        "movie": [GPT56_MOVIES[g] for g in "ABABAB"],
+        "review": ["tense", "slow", "dark", "long", "loud", "cold"],
+    }
+)
+GPT56_PIECES = {"H": 1492, "A": 205, "B": 105, "R": 4}
+GPT56_PROMPT = {"A": 1708, "B": 1608}
+# (prompt, cached, written, output) per request, by the request's group and place in it
+GPT56_REQUESTS = {
+    ("A", "lead"): (1708, 0, 1701, 1),
+    ("B", "lead"): (1608, 0, 1601, 1),
+    ("A", "second lead"): (1708, 1496, 205, 1),
+    ("B", "second lead"): (1608, 1496, 105, 1),
+    ("A", "follower"): (1708, 1701, 0, 1),
+    ("B", "follower"): (1608, 1601, 0, 1),
+}
+GPT56_TOTALS = {"prompt": 9948, "cached": 8100, "written": 1806, "uncached": 42, "output": 6}
+GPT56_DOLLARS = {
+    None: {"uncached": 0.000168, "cached": 0.00324, "writes": 0.00903, "output": 0.00012},
+    "flex": {"uncached": 0.000084, "cached": 0.00162, "writes": 0.004515, "output": 0.00006},
+}
+GPT56_TOTAL = {None: 0.012558, "flex": 0.006279}
+
+
+def _gpt56_group(prompt: str) -> str:
+    return "A" if f"movie: {GPT56_MOVIES['A']}\n" in prompt else "B"
+
+
+def test_gpt56_pieces_are_the_stated_tiktokens(o200k: tiktoken.Encoding) -> None:
+    """The plan sends the pieces the arithmetic counts, and tiktoken counts them so."""
+    plan = GPT56_FRAME.llm.plan(GPT56_TEMPLATE, op="map", backend="openai", model="gpt-5.6")
+    head = re.sub(r"\{(\w+)\}", r"[\1]", GPT56_TEMPLATE).strip() + "\n\n"
+    assert len(o200k.encode(head)) == GPT56_PIECES["H"]
+    groups = [_gpt56_group(r.prompt) for r in plan.requests]
+    assert groups in (list("AAABBB"), list("BBBAAA"))  # two prefix groups, each together
+    for r, group in zip(plan.requests, groups, strict=True):
+        movie = f"movie: {GPT56_MOVIES[group]}\n"
+        review = f"review: {GPT56_FRAME['review'][r.row]}\n"
+        assert r.prompt == head + movie + review
+        assert len(o200k.encode(movie)) == GPT56_PIECES[group]
+        assert len(o200k.encode(review)) == GPT56_PIECES["R"]
+        # the breakpoints semframe marks: after the rubric and after the movie
+        assert r.prefix == ((len(head), 6), (len(head) + len(movie), 3))
+        assert 4 + sum(GPT56_PIECES[p] for p in ("H", group, "R")) + 3 == GPT56_PROMPT[group]
+
+
+def test_gpt56_hand_arithmetic_adds_up() -> None:
+    # the prices the arithmetic uses are the table's (genai-prices 0.2.3, cited there)
+    p = price_for("gpt-5.6")
+    assert (p.input, p.cache_write_5m, p.cache_read, p.output) == (4.0, 5.0, 0.4, 20.0)
+    assert p.caching == "breakpoints" and dict(p.service_tiers)["flex"] == 0.5
+    t = GPT56_TOTALS
+    assert 3 * GPT56_PROMPT["A"] + 3 * GPT56_PROMPT["B"] == t["prompt"]
+    assert t["cached"] + t["written"] + t["uncached"] == t["prompt"]
+    for tier, factor in ((None, 1.0), ("flex", 0.5)):
+        d = GPT56_DOLLARS[tier]
+        assert d["uncached"] == pytest.approx(t["uncached"] * 4.00 * factor / PER, abs=DOLLARS)
+        assert d["cached"] == pytest.approx(t["cached"] * 0.40 * factor / PER, abs=DOLLARS)
+        assert d["writes"] == pytest.approx(t["written"] * 5.00 * factor / PER, abs=DOLLARS)
+        assert d["output"] == pytest.approx(t["output"] * 20.00 * factor / PER, abs=DOLLARS)
+        assert sum(d.values()) == pytest.approx(GPT56_TOTAL[tier], abs=DOLLARS)
+
+
+@pytest.mark.parametrize("tier", [None, "flex"], ids=["default", "flex"])
+def test_gpt56_bill_estimate_and_last_run_are_the_hand_computed_bill(
+    tier: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    settings: dict[str, Any] = {
+        "backend": "openai",
+        "model": "gpt-5.6",
+        "max_concurrency": 1,
+        "max_tokens": 1,
+        "truncated": "keep",
+        "cache": False,
+        "service_tier": tier,
+    }
+    est = GPT56_FRAME.llm.estimate(GPT56_TEMPLATE, op="map", **settings)
+    with ProviderEmulator(latency=Latency(0.02)) as emu:
+        try:
+            GPT56_FRAME.llm.map(GPT56_TEMPLATE, base_url=emu.openai_url, **settings)
+        finally:
+            reset_backends("openai")
+        entries = [e for e in emu.ledger.entries() if e.kind == "request"]
+        billed = emu.ledger.totals()
+    run = semframe.last_run()
+    dollars, total = GPT56_DOLLARS[tier], GPT56_TOTAL[tier]
+
+    # the emulator, request by request
+    plan = GPT56_FRAME.llm.plan(GPT56_TEMPLATE, op="map", backend="openai", model="gpt-5.6")
+    groups = [_gpt56_group(r.prompt) for r in plan.requests]
+    places = ["lead", "follower", "follower", "second lead", "follower", "follower"]
+    expected = [GPT56_REQUESTS[g, p] for g, p in zip(groups, places, strict=True)]
+    assert [
+        (e.prompt_tokens, e.cached_tokens, e.cache_write_5m_tokens, e.output_tokens)
+        for e in entries
+    ] == expected
+    # the emulator's bill
+    assert billed.requests == 6 and billed.failed == 0
+    assert (billed.prompt_tokens, billed.cached_tokens, billed.cache_write_tokens) == (
+        GPT56_TOTALS["prompt"],
+        GPT56_TOTALS["cached"],
+        GPT56_TOTALS["written"],
+    )
+    assert billed.output_tokens == GPT56_TOTALS["output"]
+    for got, want in (
+        (billed.cost.uncached_input, dollars["uncached"]),
+        (billed.cost.cached_input, dollars["cached"]),
+        (billed.cost.cache_writes, dollars["writes"]),
+        (billed.cost.output, dollars["output"]),
+        (billed.dollars, total),
+    ):
+        assert got == pytest.approx(want, rel=0, abs=DOLLARS)
+    # semframe.last_run()
+    assert run is not None and run.requests == 6 and run.errors == 0
+    assert (run.prompt_tokens, run.cached_tokens, run.cache_write_tokens, run.output_tokens) == (
+        GPT56_TOTALS["prompt"],
+        GPT56_TOTALS["cached"],
+        GPT56_TOTALS["written"],
+        GPT56_TOTALS["output"],
+    )
+    assert run.dollars == pytest.approx(total, rel=0, abs=DOLLARS)
+    # the estimate, at its point figure (the range holds it)
+    p = est.planned
+    assert (p.input_tokens, p.cached_tokens, p.cache_write_tokens, p.output_tokens) == (
+        GPT56_TOTALS["prompt"],
+        GPT56_TOTALS["cached"],
+        GPT56_TOTALS["written"],
+        GPT56_TOTALS["output"],
+    )
+    for got, want in (
+        (p.cost.uncached_input, dollars["uncached"]),
+        (p.cost.cached_input, dollars["cached"]),
+        (p.cost.cache_writes, dollars["writes"]),
+        (p.cost.output, dollars["output"]),
+        (est.dollars, total),
+    ):
+        assert got == pytest.approx(want, rel=0, abs=DOLLARS)
+    assert p.span is not None and p.span.dollars is not None
+    lo, hi = p.span.dollars
+    assert lo - DOLLARS <= total <= hi + DOLLARS

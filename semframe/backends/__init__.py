@@ -112,7 +112,13 @@ BACKENDS: dict[str, BackendSpec] = {
     ),
     "openai": BackendSpec(
         "semframe.backends.openai:create",
-        settings=(*_API, "context_window", "cache_directives", "cache_retention"),
+        settings=(
+            *_API,
+            "context_window",
+            "cache_directives",
+            "cache_retention",
+            "service_tier",
+        ),
         secrets=("OPENAI_API_KEY",),
         cost="semframe.backends.openai:cost_model",
         model="semframe.backends.openai:DEFAULT_MODEL",

@@ -21,6 +21,9 @@ whole prompt and no other row could read it. semframe sends
 whose write is repaid by later reads (the cost model decides, so the estimate
 prices exactly what is sent). ``cache_retention`` sends
 ``prompt_cache_retention`` to the models that take it (before GPT-5.6).
+``service_tier`` sends ``service_tier`` (``"flex"``: the batch price,
+synchronously; ``"priority"``) with live requests, to the models the price table
+lists the tier for; batch requests go without one.
 
 Keys come from ``OPENAI_API_KEY`` (or a client you pass); they never appear in
 reprs, errors or logs.
@@ -150,6 +153,10 @@ class OpenAIBackend(ApiBackend):
     retention : {"in_memory", "24h"}, optional
         ``prompt_cache_retention`` to send (the ``cache_retention`` setting);
         only for the models the price table lists it for.
+    service_tier : {"default", "flex", "priority"}, optional
+        ``service_tier`` to send with live requests (the ``service_tier``
+        setting); ``"flex"`` and ``"priority"`` only for the models the price
+        table lists them for, and billed at their prices.
     """
 
     name = "openai"
@@ -168,11 +175,17 @@ class OpenAIBackend(ApiBackend):
         window: int | None = None,
         directives: bool = True,
         retention: str | None = None,
+        service_tier: str | None = None,
     ) -> None:
         openai = _require()
         self.model = model
         self.cost = openai_cost(
-            model, prices, concurrency=max_concurrency, directives=directives, retention=retention
+            model,
+            prices,
+            concurrency=max_concurrency,
+            directives=directives,
+            retention=retention,
+            service_tier=service_tier,
         )
         # What the request bodies follow (a subclass may bill with another cost model).
         self._rules: OpenAICost = self.cost
@@ -280,6 +293,8 @@ class OpenAIBackend(ApiBackend):
                 messages[-1] = {"role": "user", "content": _parts(request, cost)}
         if cost.retention is not None:
             body["prompt_cache_retention"] = cost.retention
+        if cost.service_tier is not None:
+            body["service_tier"] = cost.service_tier
         # Compatible servers (llama.cpp, vLLM) know max_tokens; OpenAI prefers the new name.
         body[self._limit_field] = request.max_tokens
         if request.logprobs:
@@ -321,7 +336,7 @@ class OpenAIBackend(ApiBackend):
                     "custom_id": custom_id(r.id),
                     "method": "POST",
                     "url": "/v1/chat/completions",
-                    "body": self.body(r),
+                    "body": _batch_body(self.body(r)),
                 },
                 ensure_ascii=False,
             )
@@ -400,6 +415,12 @@ _AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.
 
 _EXTRA_BODY = ("prompt_cache_options", "prompt_cache_retention")
 """Body fields sent as ``extra_body`` (SDK releases before 2026 lack them as arguments)."""
+
+
+def _batch_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A request body as a batch line carries it: without ``service_tier`` (batch has its own)."""
+    body.pop("service_tier", None)
+    return body
 
 
 def _parts(request: Request, cost: OpenAICost) -> list[dict[str, Any]]:
@@ -518,6 +539,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> OpenAIBackend:
         window=settings["context_window"],
         directives=settings["cache_directives"],
         retention=settings["cache_retention"],
+        service_tier=settings["service_tier"],
     )
 
 
@@ -529,4 +551,5 @@ def cost_model(model: str | None, settings: Mapping[str, Any]) -> OpenAICost:
         concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
         directives=settings["cache_directives"],
         retention=settings["cache_retention"],
+        service_tier=settings["service_tier"],
     )

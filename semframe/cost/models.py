@@ -49,10 +49,11 @@ from semframe.cost.cachesim import (
 )
 from semframe.cost.calibration import LocalCalibration, load_calibration
 from semframe.cost.framing import anthropic_framing, gemini_framing, openai_framing
-from semframe.cost.pricing import Price, cost, price_for
+from semframe.cost.pricing import Price, cost, price_for, tier_models
 from semframe.cost.simulate import Encoder, Pieces, replay, simulate_async, slots_of
 from semframe.cost.tokens import count, encoding_for_model, encoding_name_for_model
 from semframe.errors import ConfigError, plural
+from semframe.reorder.metrics import Granularity
 from semframe.serving.vllm.timing import predict
 
 __all__ = [
@@ -367,6 +368,16 @@ class CostModel(Protocol):
 
         True where the first wave would otherwise each write the shared head
         at a price (Anthropic's breakpoints).
+        """
+        ...
+
+    @property
+    def granularity(self) -> Granularity:
+        """The units in which the backend's prompt cache serves a prefix.
+
+        Declared from the cache rules the model already holds (the price
+        table's minimum and step, the engine's block size): the reordering's
+        choice counts served tokens at it.
         """
         ...
 
@@ -761,11 +772,22 @@ class OpenAICost(_ApiCost):
 
     latency: LatencyModel = field(default_factory=lambda: TYPICAL_LATENCY["openai"])
     retention: str | None = None  # prompt_cache_retention sent; None: none sent
+    service_tier: str | None = None  # service_tier sent (price: at it); None: none sent
 
     @property
     def by_breakpoints(self) -> bool:
         """Whether the model caches at breakpoints (the table's ``caching``), not automatically."""
         return self.price is not None and self.price.caching == "breakpoints"
+
+    @property
+    def granularity(self) -> Granularity:
+        """The model's minimum and step (an unknown model: the cache simulator's defaults)."""
+        if self.price is None:
+            rules = OpenAIRules()
+            return Granularity(rules.min_tokens, rules.step)
+        if self.by_breakpoints:
+            return Granularity(self.price.min_cacheable_tokens, breakpoints=MAX_BREAKPOINTS)
+        return Granularity(self.price.min_cacheable_tokens, self.price.cache_step_tokens)
 
     @property
     def warm_start(self) -> bool:
@@ -783,6 +805,22 @@ class OpenAICost(_ApiCost):
             return []
         minimum = self.price.min_cacheable_tokens if self.price else 1024
         return self._breakpoint_offsets(request, minimum=minimum, ttl=OPENAI_BREAKPOINT_TTL)
+
+    def notes(self, shape: RunShape) -> list[str]:
+        notes = super().notes(shape)
+        tier = self.service_tier
+        if tier in ("flex", "priority") and self.price is not None:
+            if shape.batch:
+                notes.append(f"service_tier={tier!r} is not sent with batch requests")
+            elif tier == "flex":
+                notes.append(
+                    f"flex tier: prices at {self.price.tier_multiplier:g}x (the batch price); "
+                    "answers come slower than the modelled latency and may meet 429 "
+                    "'resource unavailable' (retried, not billed)"
+                )
+            else:
+                notes.append(f"priority tier: prices at {self.price.tier_multiplier:g}x")
+        return notes
 
     def effective_retention(self) -> str:
         """The retention the cache is modelled with: the setting, else the model's first."""
@@ -925,6 +963,11 @@ class AnthropicCost(_ApiCost):
     ttl: Literal["5m", "1h"] = "5m"
     minimum: int = 1024  # the shortest cacheable prefix (1,024 for an unknown model)
 
+    @property
+    def granularity(self) -> Granularity:
+        """The model's minimum, any token past it, up to a breakpoint."""
+        return Granularity(self.minimum, breakpoints=MAX_BREAKPOINTS)
+
     def _written(self, usage: Usage) -> int:
         return usage.cache_write_tokens
 
@@ -990,6 +1033,12 @@ class GeminiCost(_ApiCost):
     latency: LatencyModel = field(default_factory=lambda: TYPICAL_LATENCY["gemini"])
     ttl: Literal["5m", "1h"] = "5m"
     minimum: int = 2048  # the shortest cacheable prefix
+
+    @property
+    def granularity(self) -> Granularity:
+        """The model's minimum and step (implicit caching)."""
+        step = self.price.cache_step_tokens if self.price is not None else 1
+        return Granularity(self.minimum, step)
 
     @property
     def warm_start(self) -> bool:
@@ -1099,21 +1148,42 @@ def openai_cost(
     concurrency: int,
     directives: bool = True,
     retention: str | None = None,
+    service_tier: str | None = None,
 ) -> OpenAICost:
     """The cost model of ``model`` on the OpenAI API (prices from the table).
+
+    ``service_tier`` (``"flex"``, ``"priority"``) prices synchronous requests
+    at that tier (:meth:`~semframe.cost.pricing.Price.at_tier`).
 
     Raises
     ------
     ConfigError
-        A ``retention`` the model does not take (listed in the message).
+        A ``retention`` or ``service_tier`` the model does not take (the valid
+        values, or the models that take the tier, listed in the message).
     """
     price, problem = api_price("openai", model, prices)
     if retention is not None and price is not None and retention not in price.retention:
         takes = ", ".join(repr(r) for r in price.retention) or "none (it caches by breakpoints)"
         msg = f"cache_retention={retention!r} is not offered for {model!r}; it takes: {takes}."
         raise ConfigError(msg)
+    if service_tier is not None and price is not None:
+        if service_tier != "default" and service_tier not in dict(price.service_tiers):
+            offered = ", ".join(tier_models(service_tier, prices)) or "none"
+            msg = (
+                f"service_tier={service_tier!r} is not offered for {model!r}; the models "
+                f'priced for it: {offered} (a [prices."{model}"] entry may list it in '
+                "service_tiers)."
+            )
+            raise ConfigError(msg)
+        price = price.at_tier(service_tier)
     return OpenAICost(
-        model, price, concurrency, problem=problem, directives=directives, retention=retention
+        model,
+        price,
+        concurrency,
+        problem=problem,
+        directives=directives,
+        retention=retention,
+        service_tier=service_tier,
     )
 
 
@@ -1246,6 +1316,11 @@ class SlotCost(_EngineCost):
 
     calibrated: bool = False
 
+    @property
+    def granularity(self) -> Granularity:
+        """Every shared token: a slot reuses its KV prefix token by token."""
+        return Granularity()
+
     def calibration(self, shape: RunShape) -> LocalCalibration | None:
         """The stored calibration for this machine, model and slot count, if any.
 
@@ -1320,6 +1395,11 @@ class BlockCost(_EngineCost):
     block_size: int = 16
     framing: Callable[[str | None], tuple[int, int]] | None = None
     engine_model: Callable[[Path], Any] | None = None
+
+    @property
+    def granularity(self) -> Granularity:
+        """Whole KV blocks of ``block_size`` tokens."""
+        return Granularity(step=self.block_size)
 
     def _framed(self) -> bool:
         return self.framing is not None

@@ -27,13 +27,13 @@ import importlib.resources
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from semframe.cost.seeded import seeded_fields
 from semframe.errors import ConfigError
 
-__all__ = ["Cost", "Price", "cost", "known_models", "load_prices", "price_for"]
+__all__ = ["Cost", "Price", "cost", "known_models", "load_prices", "price_for", "tier_models"]
 
 Provider = Literal["openai", "anthropic", "gemini"]
 _PROVIDERS = ("openai", "anthropic", "gemini")
@@ -98,6 +98,14 @@ class Price:
     retention : tuple of str
         OpenAI ``prompt_cache_retention`` values the model takes (``in_memory``,
         ``24h``); empty where the parameter does not apply.
+    service_tiers : tuple of (str, float)
+        OpenAI service tiers the model takes besides ``"default"`` (``"flex"``,
+        ``"priority"``), each with its price as a multiple of the standard one,
+        on every component (flex: 0.5, the batch price).
+    service_tier : str
+        The tier this price bills synchronous requests at (``"default"``; see
+        :meth:`at_tier`). Batch requests are billed at ``batch_discount``
+        whatever the tier: the batch API takes none.
     """
 
     model: str
@@ -117,11 +125,43 @@ class Price:
     batch_stacks_cache: bool = True
     caching: Literal["automatic", "breakpoints"] = "automatic"
     retention: tuple[str, ...] = ()
+    service_tiers: tuple[tuple[str, float], ...] = ()
+    service_tier: str = "default"
 
     @property
     def cached_input(self) -> float:
         """OpenAI's name for :attr:`cache_read`."""
         return self.cache_read
+
+    @property
+    def tier_multiplier(self) -> float:
+        """Prices of :attr:`service_tier` as a multiple of the standard ones (1.0 for default)."""
+        return dict(self.service_tiers).get(self.service_tier, 1.0)
+
+    def at_tier(self, tier: str | None) -> Price:
+        """The price of synchronous requests sent with ``service_tier=tier``.
+
+        Raises
+        ------
+        ConfigError
+            A tier the model does not take.
+
+        Examples
+        --------
+        >>> flex = price_for("gpt-5-mini").at_tier("flex")
+        >>> flex.tier_multiplier, round(cost(flex, output_tokens=1_000_000).total, 6)
+        (0.5, 1.0)
+        """
+        if tier is None or tier == "default":
+            return replace(self, service_tier="default")
+        if tier not in dict(self.service_tiers):
+            takes = ", ".join(repr(t) for t, _ in self.service_tiers) or "none"
+            msg = (
+                f"service_tier={tier!r} is not offered for {self.model!r} "
+                f"(its tiers besides 'default': {takes})."
+            )
+            raise ConfigError(msg)
+        return replace(self, service_tier=tier)
 
 
 @dataclass(frozen=True)
@@ -183,7 +223,8 @@ def cost(
     batch : bool
         Apply the batch discount: to every component, or, where the price says
         it does not stack with cache prices (Gemini), to uncached input and
-        output only.
+        output only. Otherwise the price's service tier multiplier applies to
+        every component (:meth:`Price.at_tier`; 1.0 for the default tier).
 
     Returns
     -------
@@ -205,6 +246,13 @@ def cost(
     >>> c = cost(g, uncached_input_tokens=1_000_000, cached_input_tokens=1_000_000, batch=True)
     >>> round(c.uncached_input, 6), round(c.cached_input, 6)
     (0.15, 0.03)
+
+    OpenAI's flex tier costs the batch price, synchronously:
+
+    >>> f = price_for("gpt-5").at_tier("flex")
+    >>> c = cost(f, uncached_input_tokens=1_000_000, cached_input_tokens=1_000_000)
+    >>> round(c.uncached_input, 6), round(c.cached_input, 6)
+    (0.625, 0.0625)
     """
     counts = (
         uncached_input_tokens,
@@ -216,8 +264,8 @@ def cost(
     if any(n < 0 for n in counts):
         msg = f"token counts must be >= 0, got {counts}"
         raise ValueError(msg)
-    k = price.batch_discount if batch else 1.0
-    kc = k if price.batch_stacks_cache else 1.0  # on cache reads and writes
+    k = price.batch_discount if batch else price.tier_multiplier
+    kc = k if price.batch_stacks_cache or not batch else 1.0  # on cache reads and writes
     return Cost(
         uncached_input=uncached_input_tokens * price.input * k / _PER,
         cached_input=cached_input_tokens * price.cache_read * kc / _PER,
@@ -247,6 +295,8 @@ _BOOL_KEYS = ("batch_stacks_cache",)
 _STR_KEYS = ("as_of", "source", "note")
 _CACHING = ("automatic", "breakpoints")
 _RETENTION = ("in_memory", "24h")
+_TIERS = ("flex", "priority")
+"""OpenAI service tiers besides ``"default"`` a model's entry may list (``service_tiers``)."""
 _ALIASES = {"cached_input": "cache_read"}
 _CACHE_WRITE = "cache_write"
 """A write price for every TTL (OpenAI from GPT-5.6: one price whatever the lifetime)."""
@@ -269,6 +319,7 @@ _VALID_KEYS = (
     _CACHE_WRITE,
     "caching",
     "retention",
+    "service_tiers",
 )
 _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 
@@ -313,6 +364,7 @@ def _make(model: str, raw: Mapping[str, Any], defaults: Mapping[str, Mapping[str
         msg = f"{where}: 'retention' must be a list of {_RETENTION}, got {retention!r}"
         raise ConfigError(msg)
     values["retention"] = tuple(retention)
+    values["service_tiers"] = _service_tiers(where, values.get("service_tiers", {}))
     storage = values.setdefault("cache_storage_per_hour", 0.0)
     if isinstance(storage, bool) or not isinstance(storage, int | float) or storage < 0:
         msg = f"{where}: 'cache_storage_per_hour' must be a number >= 0, got {storage!r}"
@@ -350,6 +402,34 @@ def _make(model: str, raw: Mapping[str, Any], defaults: Mapping[str, Mapping[str
         if v is not None:
             values[key] = str(v)
     return Price(model=model, **values)
+
+
+def _service_tiers(where: str, tiers: object) -> tuple[tuple[str, float], ...]:
+    """An entry's ``service_tiers`` table, checked: tier name -> multiplier > 0."""
+    if not isinstance(tiers, Mapping):
+        msg = f"{where}: 'service_tiers' must be a table of tier = multiplier, got {tiers!r}"
+        raise ConfigError(msg)
+    out = []
+    for tier, factor in tiers.items():
+        if tier not in _TIERS:
+            msg = f"{where}: 'service_tiers' names {tier!r}; valid tiers: {', '.join(_TIERS)}"
+            raise ConfigError(msg)
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 0:
+            msg = f"{where}: service tier {tier!r} must be a multiplier > 0, got {factor!r}"
+            raise ConfigError(msg)
+        out.append((str(tier), float(factor)))
+    return tuple(sorted(out))
+
+
+def tier_models(tier: str, overrides: Mapping[str, Any] | None = None) -> list[str]:
+    """The known models that take service tier ``tier``, sorted.
+
+    Examples
+    --------
+    >>> "gpt-5-mini" in tier_models("flex"), "gpt-4.1-mini" in tier_models("flex")
+    (True, False)
+    """
+    return sorted(m for m, p in load_prices(overrides).items() if tier in dict(p.service_tiers))
 
 
 def load_prices(overrides: Mapping[str, Any] | None = None) -> dict[str, Price]:
@@ -444,7 +524,9 @@ def _seeded(model: str) -> Price | None:
     raw = seeded_fields(model)
     if raw is None:
         return None
-    raw.pop("flex_discount", None)  # the flex tier is not priced by semframe
+    flex = raw.pop("flex_discount", None)
+    if flex is not None and raw["provider"] == "openai":  # flex input price over standard
+        raw["service_tiers"] = {"flex": flex}
     if raw["provider"] == "openai" and "cache_write" in raw:
         raw.update(caching="breakpoints", cache_step_tokens=1, retention=[])
     raw["source"] = (

@@ -21,8 +21,16 @@ from semframe.core.table import Table
 from semframe.errors import ConfigError, format_choices
 from semframe.reorder._encode import Tokenizer, encode
 from semframe.reorder.fds import discover_fds
-from semframe.reorder.ggr import assemble, ggr, ggr_encoded
-from semframe.reorder.metrics import OrderScore, evaluate, hit_rate, phc, upper_bound
+from semframe.reorder.ggr import Objective, assemble, ggr, ggr_encoded
+from semframe.reorder.metrics import (
+    Granularity,
+    OrderScore,
+    evaluate,
+    hit_rate,
+    phc,
+    served_tokens,
+    upper_bound,
+)
 from semframe.reorder.ophr import OPHR_MAX_CELLS, ophr
 from semframe.reorder.stats import stats_order
 
@@ -32,6 +40,8 @@ METHODS = ("ggr", "stats", "none")
 __all__ = [
     "METHODS",
     "OPHR_MAX_CELLS",
+    "Granularity",
+    "Objective",
     "OrderScore",
     "Tokenizer",
     "discover_fds",
@@ -41,11 +51,18 @@ __all__ = [
     "ophr",
     "order",
     "phc",
+    "served_tokens",
     "upper_bound",
 ]
 
 
-def order(table: Table, method: str = "none", *, tokenizer: Tokenizer | None = None) -> Ordering:
+def order(
+    table: Table,
+    method: str = "none",
+    *,
+    tokenizer: Tokenizer | None = None,
+    objective: Objective | None = None,
+) -> Ordering:
     """Order the rows and fields of ``table`` with ``method``.
 
     Parameters
@@ -56,6 +73,10 @@ def order(table: Table, method: str = "none", *, tokenizer: Tokenizer | None = N
         The reordering method.
     tokenizer : callable, optional
         Token count of a string; lengths are characters when ``None``.
+    objective : Objective, optional
+        What GGR's choice between its two solves counts: the backend's
+        tokens at its cache's granularity (the planner passes the backend's
+        own); ``None``: segment units. Other methods ignore it.
 
     Examples
     --------
@@ -71,7 +92,7 @@ def order(table: Table, method: str = "none", *, tokenizer: Tokenizer | None = N
     if method == "none":
         return Ordering.identity(table.n_rows, table.columns)
     if method == "ggr":
-        return ggr_encoded(encode(table, tokenizer))
+        return ggr_encoded(encode(table, tokenizer), objective=objective)
     if method == "stats":
         enc = encode(table, tokenizer)
         if enc.n_columns == 0:

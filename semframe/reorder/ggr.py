@@ -31,7 +31,9 @@ What semframe adds to the paper's greedy:
   that carries it, ``f"{column}: {value}\\n"`` (``weigh="segment"``), which
   counts a short value under a long label as the prompt does. Neither is right
   on every table, so by default (``weigh="best"``) both run and the order
-  whose prompts a cache serves more of, in segment units, is kept.
+  whose prompts a cache serves more of, in segment units, is kept; given an
+  :class:`Objective` (the backend's tokenizer and cache granularity), in the
+  tokens the cache serves.
 - **Table-statistics early stop.** Where ``max_depth`` or ``max_groups`` is
   reached, or no group scores above ``min_hitcount``, the remaining rows get the
   statistics field order (:mod:`semframe.reorder.stats`) and a lexicographic
@@ -72,7 +74,7 @@ from semframe.core.ordering import Ordering
 from semframe.errors import ConfigError
 from semframe.reorder._encode import Encoded, FloatArray, IntArray, Tokenizer, encode, to_table
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
-from semframe.reorder.metrics import served_units
+from semframe.reorder.metrics import Granularity, served_tokens, served_units
 from semframe.reorder.stats import lexsort_rows, stats_rank
 from semframe.reorder.trie import depth_first
 
@@ -91,6 +93,34 @@ _FD_BUDGET = 300_000_000
 _PYTHON_CELLS = 256
 """Sub-tables up to this many cells run in plain Python (numpy's per-call cost
 outweighs its speed there); the decisions are the same as the numpy path's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """What GGR's choice between its two solves counts (``weigh="best"``).
+
+    Without one, the solve whose prompts a previous-prompt cache serves more
+    segment units of (characters, or the encoding's tokens) is kept. With one,
+    the served prefix of each prompt is counted in ``tokenizer``'s tokens,
+    ``head`` tokens included, and rounded down to ``granularity``
+    (:func:`~semframe.reorder.metrics.served_tokens`): what the backend's
+    cache would serve. Where both solves serve as many (prompts short of the
+    cache's minimum), segment units decide, as without one.
+
+    Attributes
+    ----------
+    granularity : Granularity
+        The cache's units (the backend's cost model declares them).
+    tokenizer : callable or None
+        Token count of a segment ``f"{column}: {value}\n"``; ``None``: the
+        encoding's units.
+    head : int
+        Tokens in front of every prompt (instructions, chat framing).
+    """
+
+    granularity: Granularity
+    tokenizer: Tokenizer | None = None
+    head: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -750,11 +780,26 @@ class _DepthFirst:
 
     def served(self) -> int:
         """Segment units (characters or tokens) a previous-prompt cache serves."""
-        enc = self.enc
-        units = np.concatenate(
-            [lengths + label for lengths, label in zip(enc.lengths, enc.labels, strict=True)]
-        ).astype(np.int64)
-        return served_units(self.segments, units)
+        return served_units(self.segments, _encoded_units(self.enc))
+
+
+def _encoded_units(enc: Encoded) -> IntArray:
+    """Each segment's units by global code (its value's and its label's lengths)."""
+    return np.concatenate(
+        [lengths + label for lengths, label in zip(enc.lengths, enc.labels, strict=True)]
+    ).astype(np.int64)
+
+
+def objective_units(enc: Encoded, objective: Objective) -> IntArray:
+    """Tokens of each segment ``f"{column}: {value}\n"`` by global code, for ``objective``."""
+    tokenizer = objective.tokenizer
+    if tokenizer is None:
+        return _encoded_units(enc)
+    parts = [
+        np.fromiter((tokenizer(f"{col}: {v}\n") for v in enc.values[j]), np.int64)
+        for j, col in enumerate(enc.columns)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def ggr_encoded(
@@ -768,8 +813,13 @@ def ggr_encoded(
     high_cardinality: float | None = DEFAULT_HIGH_CARDINALITY,
     lookahead_cells: int = DEFAULT_LOOKAHEAD_CELLS,
     weigh: str = "best",
+    objective: Objective | None = None,
 ) -> Ordering:
-    """GGR on an encoded table, with ``fds`` (column index pairs) and discovered FDs."""
+    """GGR on an encoded table, with ``fds`` (column index pairs) and discovered FDs.
+
+    ``objective`` decides between the two solves of ``weigh="best"`` (see
+    :class:`Objective`); ``None`` counts segment units.
+    """
     _check_params(
         max_depth, max_groups, min_hitcount, high_cardinality, lookahead_cells, weigh=weigh
     )
@@ -800,8 +850,21 @@ def ggr_encoded(
     if len(results) == 1:
         return results[0].ordering()
     # The objective decides between the two scores: the prompt units served.
-    best = max(results, key=lambda r: r.served())  # the first ("value") on a tie
-    return best.ordering()
+    orders = [r.ordering() for r in results]
+    if orders[0] == orders[1]:
+        return orders[0]  # nothing to choose (and no tokens to count)
+    if objective is None:
+        best = max(range(2), key=lambda i: results[i].served())  # the first ("value") on a tie
+        return orders[best]
+    units = objective_units(enc, objective)
+
+    def served(r: _DepthFirst) -> tuple[int, int]:
+        # Served tokens at the cache's granularity; where they tie (a table
+        # whose prompts all fall short of the minimum), segment units decide.
+        at = served_tokens(r.segments, units, objective.granularity, head=objective.head)
+        return at, r.served()
+
+    return orders[max(range(2), key=lambda i: served(results[i]))]
 
 
 def ggr(
@@ -817,6 +880,8 @@ def ggr(
     lookahead_cells: int = DEFAULT_LOOKAHEAD_CELLS,
     tokenizer: Tokenizer | None = None,
     weigh: str = "best",
+    granularity: Granularity | None = None,
+    head: int = 0,
 ) -> Ordering:
     """Reorder rows and per-row fields with Greedy Group Recursion.
 
@@ -862,6 +927,13 @@ def ggr(
         labels (a rating) the way the prompt does. Neither is right on every
         table: ``"best"`` (default) runs both and keeps the order whose prompts
         a cache serves more of, counted in segment units.
+    granularity : Granularity, optional
+        The cache's units: with it, ``"best"`` counts each prompt's served
+        prefix (``head`` included) rounded down to it
+        (:func:`~semframe.reorder.metrics.served_tokens`), in ``tokenizer``'s
+        tokens of whole segments when given.
+    head : int
+        Tokens in front of every prompt (instructions), for ``granularity``.
 
     Returns
     -------
@@ -897,4 +969,5 @@ def ggr(
         high_cardinality=high_cardinality,
         lookahead_cells=lookahead_cells,
         weigh=weigh,
+        objective=None if granularity is None else Objective(granularity, tokenizer, head),
     )

@@ -15,6 +15,10 @@ the same field with the same value sits at the same position.
 - :func:`upper_bound` is ``sum(len(v) ** 2 * (count(v) - 1))`` over every
   ``(column, value)``: no ordering can exceed it, since every occurrence of a
   value but the first can hit at most once.
+- :func:`served_tokens` counts what a cache serves in its own units: each
+  prompt's shared prefix rounded down to the cache's :class:`Granularity`
+  (whole KV blocks, OpenAI's 1,024-token minimum and 128-token steps), so a
+  shared prefix that falls short of a block or a step counts nothing.
 
 All of them work on integer codes with numpy, with no Python loop over cells.
 """
@@ -34,6 +38,76 @@ Cache = Literal["previous", "unbounded"]
 CACHES: tuple[str, ...] = ("previous", "unbounded")
 
 _INT64_SAFE = 2**62
+
+
+@dataclass(frozen=True, slots=True)
+class Granularity:
+    """The units in which a prompt cache serves a prefix, in tokens.
+
+    A prompt whose prefix of ``shared`` tokens is in the cache is served
+    ``minimum + k * step`` tokens, the most that fits in ``shared`` (``0``
+    below ``minimum``): whole KV blocks on vLLM (``step`` the block size), every
+    token on llama.cpp (``step=1``), 1,024 tokens then steps of 128 on OpenAI.
+    Each backend's cost model declares its own
+    (``semframe.cost.models``: ``CostModel.granularity``).
+
+    Attributes
+    ----------
+    minimum : int
+        Shortest prefix served at all.
+    step : int
+        Served prefixes grow in steps of this many tokens past ``minimum``.
+    breakpoints : int or None
+        The cache serves a prefix only up to an explicit breakpoint, at most
+        this many per prompt (Anthropic; OpenAI from GPT-5.6); ``None``: any
+        prefix. semframe places breakpoints at segment boundaries, where every
+        hit of the segment model already ends, so the metrics here round by
+        ``minimum`` and ``step`` alone.
+
+    Examples
+    --------
+    >>> openai = Granularity(minimum=1024, step=128)
+    >>> [openai.round(t) for t in (1000, 1024, 1151, 1152)]
+    [0, 1024, 1024, 1152]
+    >>> Granularity(step=16).round(47)
+    32
+    """
+
+    minimum: int = 0
+    step: int = 1
+    breakpoints: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, low in (("minimum", self.minimum, 0), ("step", self.step, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                msg = f"Granularity.{name} must be an int >= {low}, got {value!r}."
+                raise ConfigError(msg)
+        bp = self.breakpoints
+        if bp is not None and (isinstance(bp, bool) or not isinstance(bp, int) or bp < 1):
+            msg = f"Granularity.breakpoints must be an int >= 1 or None, got {bp!r}."
+            raise ConfigError(msg)
+
+    @property
+    def per_token(self) -> bool:
+        """Whether every shared token is served (``minimum`` 0, ``step`` 1)."""
+        return self.minimum == 0 and self.step == 1
+
+    def round(self, shared: int) -> int:
+        """Tokens served of a shared prefix of ``shared`` tokens."""
+        if shared < self.minimum:
+            return 0
+        return self.minimum + (shared - self.minimum) // self.step * self.step
+
+    def round_all(self, shared: IntArray) -> IntArray:
+        """:meth:`round` of every element of ``shared``."""
+        shared = np.asarray(shared, dtype=np.int64)
+        over = shared - self.minimum
+        served = self.minimum + over // self.step * self.step
+        return np.where(over >= 0, served, 0).astype(np.int64)
+
+
+TOKEN = Granularity()
+"""Every shared token served: the token-level metric."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +245,70 @@ def served_units(segments: IntArray, units: IntArray) -> int:
     return _weighted_sum(units, _score_counts(segments, _prev_hits(segments), units.size))
 
 
+def shared_prefixes(
+    segments: IntArray, units: IntArray, *, cache: Cache = "previous", head: int = 0
+) -> IntArray:
+    """Each prompt's prefix that is in the cache when it runs, in units.
+
+    ``segments[p, j]`` is the global code of prompt ``p``'s ``j``-th segment
+    (execution order), ``units[code]`` its length. Every prompt starts with
+    ``head`` units shared by all (the instructions, the chat framing): in the
+    cache for every prompt but the first. A segment adds its units when it
+    and every earlier segment of its prompt equal those of the previous prompt
+    (``cache="previous"``) or of some earlier one (``"unbounded"``).
+
+    Examples
+    --------
+    >>> s = np.array([[0, 2], [0, 3], [1, 3]])
+    >>> shared_prefixes(s, np.array([5, 5, 4, 4]), head=10).tolist()
+    [0, 15, 10]
+    """
+    _check_cache(cache)
+    segments = np.asarray(segments, dtype=np.int64)
+    n = segments.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    n_codes = int(units.size)
+    hits = _prev_hits(segments) if cache == "previous" else _unbounded_hits(segments, n_codes)
+    shared: IntArray = np.zeros(n, dtype=np.int64)
+    if segments.size:
+        shared += (np.asarray(units, dtype=np.int64)[segments] * hits).sum(axis=1)
+    shared += head
+    shared[0] = 0
+    return shared
+
+
+def served_tokens(
+    segments: IntArray,
+    units: IntArray,
+    granularity: Granularity = TOKEN,
+    *,
+    cache: Cache = "previous",
+    head: int = 0,
+) -> int:
+    """Tokens a prefix cache serves, each prompt's shared prefix rounded to ``granularity``.
+
+    Pure: prompts are given as segment codes (``segments[p, j]``, execution
+    order) with ``units[code]`` tokens each, and ``head`` tokens in front of
+    every prompt (:func:`shared_prefixes`). Each prompt is served
+    ``granularity.round(shared)``: a prefix short of the cache's minimum, or
+    the part of one past its last whole step or block, counts nothing. With
+    :data:`TOKEN` and ``head=0`` it is the token-level count
+    (:func:`served_units` for ``cache="previous"``).
+
+    Examples
+    --------
+    >>> s = np.array([[0, 2], [0, 3], [0, 3]])
+    >>> u = np.array([20, 0, 10, 10])
+    >>> served_tokens(s, u), served_tokens(s, u, Granularity(step=16))
+    (50, 32)
+    >>> served_tokens(s, u, Granularity(minimum=1024, step=128), head=1000)
+    1024
+    """
+    shared = shared_prefixes(segments, units, cache=cache, head=head)
+    return int(granularity.round_all(shared).sum())
+
+
 def _segment_units(enc: Encoded, tokenizer: Tokenizer | None) -> IntArray:
     """Characters (or tokens) of each ``f"{column}: {value}\\n"`` segment, by global code."""
     parts: list[IntArray] = []
@@ -228,6 +366,8 @@ def hit_rate(
     *,
     tokenizer: Tokenizer | None = None,
     cache: Cache = "previous",
+    granularity: Granularity | None = None,
+    head: int = 0,
 ) -> float:
     """Share of prompt characters (or tokens) a prefix cache would serve.
 
@@ -249,6 +389,13 @@ def hit_rate(
         approximation of the prompt's token count).
     cache : {"previous", "unbounded"}
         What the cache holds.
+    granularity : Granularity, optional
+        Count each prompt's served prefix rounded down to the cache's
+        granularity (:func:`served_tokens`); meant with ``tokenizer``.
+    head : int
+        Units in front of every prompt (the instructions), counted in the
+        prompts and, from the second prompt on, in the shared prefix. With 0
+        (default) only the field segments count.
 
     Returns
     -------
@@ -262,12 +409,24 @@ def hit_rate(
     >>> o = Ordering.identity(3, ("k", "v"))
     >>> hit_rate(t, o), hit_rate(t, o, cache="unbounded")  # 'k: a' is 5 of 30 chars
     (0.0, 0.16666666666666666)
+    >>> hit_rate(t, o, cache="unbounded", granularity=Granularity(step=4))  # 5 -> 4
+    0.13333333333333333
     """
     _check_cache(cache)
+    if isinstance(head, bool) or not isinstance(head, int) or head < 0:
+        msg = f"head must be an int >= 0, got {head!r}."
+        raise ConfigError(msg)
     enc = encode(table_for(frame, ordering), None)
     s = _execution_codes(enc, ordering)
     _, n_codes = _global_codes(enc)
     units = _segment_units(enc, tokenizer)
+    if granularity is not None or head:
+        total = _weighted_sum(units, np.bincount(s.ravel(), minlength=n_codes).astype(np.int64))
+        total += head * len(ordering.rows)
+        if total == 0:
+            return 0.0
+        served = served_tokens(s, units, granularity or TOKEN, cache=cache, head=head)
+        return served / total
     hits = _prev_hits(s) if cache == "previous" else _unbounded_hits(s, n_codes)
     total = _weighted_sum(units, np.bincount(s.ravel(), minlength=n_codes).astype(np.int64))
     if total == 0:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from semframe import reorder
-from semframe.backends import Backend, get_backend
+from semframe.backends import Backend, cost_model, get_backend
 from semframe.cache.keys import call_key, plan_keys
 from semframe.cache.serve import serve_stored
 from semframe.cache.store import ResultCache, open_cache
@@ -29,8 +29,9 @@ from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
 from semframe.core.wire import Outcome, Usage
-from semframe.cost.models import warm_start
+from semframe.cost.models import CostModel, warm_start
 from semframe.errors import BudgetExceeded, ConfigError, InputError, MissingDependencyError
+from semframe.reorder import Objective
 from semframe.runtime.batch import run_batch
 from semframe.runtime.execute import StopWhen, execute
 from semframe.runtime.guard import BudgetGuard
@@ -41,6 +42,7 @@ __all__ = [
     "Call",
     "Recipe",
     "Runner",
+    "cache_objective",
     "check_context",
     "replay",
     "run_call",
@@ -69,10 +71,56 @@ class Recipe:
     relquery: RelQuery
     reorder: str
 
-    def build(self) -> Plan:
-        """Order and render the relQuery."""
-        ordering = reorder.order(self.relquery.table, self.reorder)
+    def build(self, objective: Objective | None = None) -> Plan:
+        """Order and render the relQuery (``objective``: see :func:`cache_objective`)."""
+        ordering = reorder.order(self.relquery.table, self.reorder, objective=objective)
         return make_plan(self.relquery, ordering, self.reorder)
+
+
+def cache_objective(settings: Mapping[str, Any], relquery: RelQuery) -> Objective | None:
+    """What GGR's choice between its solves counts for the backend ``settings`` name.
+
+    The backend's cost model declares its cache's granularity
+    (``CostModel.granularity``: OpenAI's 1,024-token minimum and 128-token
+    steps, vLLM's KV blocks, Anthropic's minimum): the choice then counts the
+    tokens (the backend's tokenizer) that cache serves of each prompt,
+    instructions included, rounded down to that granularity. ``None`` where
+    every shared token is served (characters rank orders as well, with no
+    tokenizer calls) or the backend's cost model cannot be had here.
+    """
+    try:
+        model: CostModel = cost_model(
+            settings["backend"], model=settings["model"], settings=settings
+        )
+    except (ConfigError, MissingDependencyError):
+        return None
+    granularity = model.granularity
+    if granularity.per_token:
+        return None
+    return _objective(model, granularity, relquery)
+
+
+def _objective(model: CostModel, granularity: reorder.Granularity, rq: RelQuery) -> Objective:
+    """Token counts of every distinct segment, in one call to the backend's tokenizer.
+
+    The segments are counted on first use: GGR asks only when its two solves
+    order the rows differently.
+    """
+    encode = model.tokenizer().encode
+    head_texts = [rq.instructions + "\n\n", rq.system or ""]
+    head = sum(len(t) for t in encode(head_texts))
+
+    @functools.cache
+    def tokens() -> dict[str, int]:
+        cells = rq.table.cells
+        segments = list(dict.fromkeys(f"{f}: {v}\n" for f in rq.fields for v in cells[f]))
+        return dict(zip(segments, (len(t) for t in encode(segments)), strict=True))
+
+    def count(text: str) -> int:
+        found = tokens().get(text)
+        return found if found is not None else len(encode([text])[0])
+
+    return Objective(granularity, count, head=head)
 
 
 @dataclass(frozen=True)
@@ -98,7 +146,12 @@ class Call:
     def plan(self) -> Plan:
         """The plan (ordered and rendered on first use when the call holds a recipe)."""
         source = self.source
-        return source if isinstance(source, Plan) else source.build()
+        if isinstance(source, Plan):
+            return source
+        objective = None
+        if source.reorder == "ggr":
+            objective = cache_objective(self.settings, source.relquery)
+        return source.build() if objective is None else source.build(objective)
 
     @property
     def relquery(self) -> RelQuery:

@@ -682,6 +682,7 @@ class ProviderEmulator:
         cache_key = req.get("prompt_cache_key") or req.get("user")
         cache_key = str(cache_key) if cache_key is not None else None
         blocks, retention = _openai_cache_rules(req, price, messages)
+        tier = _openai_service_tier(req, price)
 
         if not batch:
             self._admit("openai", model, len(tokens) + (max_tokens or 0))
@@ -718,7 +719,7 @@ class ProviderEmulator:
             else:
                 self._openai_bp_sim(price).complete(bp, at=completion)
         bill = cost(
-            price,
+            price if batch else price.at_tier(tier),  # a batch line is billed at batch prices
             uncached_input_tokens=prompt - cached - written,
             cached_input_tokens=cached,
             cache_write_5m_tokens=written,
@@ -766,7 +767,7 @@ class ProviderEmulator:
                     "rejected_prediction_tokens": 0,
                 },
             },
-            "service_tier": "default",
+            "service_tier": "default" if batch else tier,
             "system_fingerprint": "fp_semframe_emulator",
         }
         return payload, fault
@@ -1239,6 +1240,29 @@ def _openai_cache_rules(
     except FramingError as exc:
         raise _Failure(400, str(exc)) from None
     return blocks, "in_memory"
+
+
+_SERVICE_TIERS = ("auto", "default", "flex", "priority")
+"""``service_tier`` values a chat request may carry (``auto`` is served at ``default``)."""
+
+
+def _openai_service_tier(req: Mapping[str, Any], price: Price) -> str:
+    """The tier a chat request is served and billed at: ``default``, ``flex`` or ``priority``.
+
+    ``flex`` and ``priority`` only for a model whose price entry lists them in
+    ``service_tiers``; another model is refused with a 400, as OpenAI does (no
+    fall-back to the default tier).
+    """
+    tier = req.get("service_tier")
+    if tier is None or tier in ("auto", "default"):
+        return "default"
+    if tier not in _SERVICE_TIERS:
+        valid = ", ".join(repr(t) for t in _SERVICE_TIERS)
+        raise _Failure(400, f"service_tier: must be one of {valid}, got {tier!r}")
+    if tier not in dict(price.service_tiers):
+        msg = f"service_tier: {tier!r} is not supported for model {price.model!r}"
+        raise _Failure(400, msg)
+    return str(tier)
 
 
 def _openai_top_logprobs(req: Mapping[str, Any]) -> int | None:

@@ -1,0 +1,191 @@
+"""Served tokens at a cache's granularity, and GGR's choice made in them."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_reorder_helpers import prompts, ref_hit_rate, seg, tables
+
+from semframe.backends import cost_model
+from semframe.config import config
+from semframe.core.ordering import Ordering
+from semframe.core.table import Table
+from semframe.cost.models import BlockCost, SlotCost
+from semframe.errors import ConfigError
+from semframe.reorder import Granularity, Objective, ggr, hit_rate, order, served_tokens
+from semframe.reorder._encode import encode
+from semframe.reorder.ggr import objective_units
+from semframe.reorder.metrics import (
+    TOKEN,
+    _execution_codes,
+    _segment_units,
+    served_units,
+    shared_prefixes,
+)
+
+
+def _tok(text: str) -> int:
+    """A deterministic stand-in tokenizer: one token per 3 characters, rounded up."""
+    return -(-len(text) // 3)
+
+
+granularities = st.builds(
+    Granularity,
+    minimum=st.integers(0, 40),
+    step=st.integers(1, 16),
+)
+
+
+@st.composite
+def tables_with_orderings(draw: st.DrawFn) -> tuple[Table, Ordering]:
+    t = draw(tables(max_rows=10, max_cols=4))
+    rows = draw(st.permutations(range(t.n_rows)))
+    perms = list(itertools.permutations(t.columns))
+    fields = [draw(st.sampled_from(perms)) for _ in rows]
+    return t, Ordering(tuple(rows), tuple(fields))
+
+
+def _codes(t: Table, o: Ordering) -> tuple[np.ndarray, np.ndarray]:
+    enc = encode(t.select(tuple(c for c in t.columns if c in o.fields[0])) if o.rows else t)
+    return _execution_codes(enc, o), _segment_units(enc, _tok)
+
+
+def ref_served(t: Table, o: Ordering, g: Granularity, cache: str, head: int) -> int:
+    """Each prompt's shared prefix with the cache, literally, rounded to ``g``."""
+    seq = prompts(t, o)
+    total = 0
+    for p, cells in enumerate(seq):
+        if p == 0:
+            continue
+        earlier = seq[p - 1 : p] if cache == "previous" else seq[:p]
+        best = 0
+        for q in earlier:
+            k = 0
+            for a, b in zip(q, cells, strict=False):
+                if a != b:
+                    break
+                k += _tok(seg(a))
+            best = max(best, k)
+        shared = head + best
+        total += 0 if shared < g.minimum else g.minimum + (shared - g.minimum) // g.step * g.step
+    return total
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    case=tables_with_orderings(),
+    g=granularities,
+    cache=st.sampled_from(["previous", "unbounded"]),
+    head=st.integers(0, 30),
+)
+def test_served_tokens_matches_literal_reference(
+    case: tuple[Table, Ordering], g: Granularity, cache: str, head: int
+) -> None:
+    t, o = case
+    s, units = _codes(t, o)
+    assert served_tokens(s, units, g, cache=cache, head=head) == ref_served(t, o, g, cache, head)  # type: ignore[arg-type]
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=tables_with_orderings(), cache=st.sampled_from(["previous", "unbounded"]))
+def test_step_one_minimum_zero_is_the_token_metric(
+    case: tuple[Table, Ordering], cache: str
+) -> None:
+    t, o = case
+    s, units = _codes(t, o)
+    got = served_tokens(s, units, Granularity(minimum=0, step=1), cache=cache)  # type: ignore[arg-type]
+    if cache == "previous":
+        assert got == served_units(s, units)
+    rate = hit_rate(t, o, tokenizer=_tok, cache=cache, granularity=TOKEN)  # type: ignore[arg-type]
+    assert rate == pytest.approx(hit_rate(t, o, tokenizer=_tok, cache=cache))  # type: ignore[arg-type]
+    assert rate == pytest.approx(ref_hit_rate(t, o, cache, _tok))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    case=tables_with_orderings(),
+    g=granularities,
+    cache=st.sampled_from(["previous", "unbounded"]),
+    head=st.integers(0, 30),
+)
+def test_rounding_never_increases_served_tokens(
+    case: tuple[Table, Ordering], g: Granularity, cache: str, head: int
+) -> None:
+    t, o = case
+    s, units = _codes(t, o)
+    shared = shared_prefixes(s, units, cache=cache, head=head)  # type: ignore[arg-type]
+    rounded = g.round_all(shared)
+    assert (rounded <= shared).all()
+    assert rounded.tolist() == [g.round(int(x)) for x in shared]
+    at = served_tokens(s, units, g, cache=cache, head=head)  # type: ignore[arg-type]
+    assert at <= served_tokens(s, units, TOKEN, cache=cache, head=head)  # type: ignore[arg-type]
+    # A coarser step of the same grid serves no more.
+    coarser = Granularity(g.minimum, g.step * 2)
+    assert served_tokens(s, units, coarser, cache=cache, head=head) <= at  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=tables(max_rows=8, max_cols=4), g=granularities, head=st.integers(0, 30))
+def test_ggr_at_a_granularity_orders_a_permutation_and_keeps_the_better_solve(
+    t: Table, g: Granularity, head: int
+) -> None:
+    o = ggr(t, granularity=g, head=head)
+    assert sorted(o.rows) == list(range(t.n_rows))
+    for f in o.fields:
+        assert sorted(f) == sorted(t.columns)
+    via_order = order(t, "ggr", objective=Objective(g, _tok, head))
+    assert sorted(via_order.rows) == list(range(t.n_rows))
+    if not t.n_rows or not t.columns:
+        return
+    # The choice is the better of the two solves, counted as the cache counts.
+    enc = encode(t)
+    units = objective_units(enc, Objective(g, _tok, head))
+
+    def at(ordering: Ordering) -> int:
+        return served_tokens(_execution_codes(enc, ordering), units, g, head=head)
+
+    solves = [ggr(t, weigh=w) for w in ("value", "segment")]
+    assert at(via_order) == max(at(s) for s in solves)
+
+
+def test_granularity_validates_and_rounds() -> None:
+    with pytest.raises(ConfigError, match="step"):
+        Granularity(step=0)
+    with pytest.raises(ConfigError, match="minimum"):
+        Granularity(minimum=-1)
+    with pytest.raises(ConfigError, match="breakpoints"):
+        Granularity(breakpoints=0)
+    assert Granularity(1024, 128).round(1023) == 0
+    assert Granularity(1024, 128).round(1300) == 1280
+    assert Granularity(step=16).round(15) == 0
+    assert TOKEN.per_token and not Granularity(step=16).per_token
+
+
+def test_cost_models_declare_their_granularity() -> None:
+    openai = cost_model("openai", model="gpt-4.1-mini", settings=config(backend="openai"))
+    assert openai.granularity == Granularity(1024, 128)
+    claude = cost_model(
+        "anthropic", model="claude-sonnet-4-5", settings=config(backend="anthropic")
+    )
+    assert claude.granularity.minimum == claude.minimum  # type: ignore[attr-defined]
+    assert claude.granularity.breakpoints is not None
+    assert BlockCost("m", lambda ts: [1] * len(ts), 1, "vllm").granularity == Granularity(step=16)
+    assert SlotCost("m", lambda ts: [1] * len(ts), 1, "llama.cpp").granularity == TOKEN
+
+
+def test_a_granularity_reaching_nothing_leaves_the_choice_to_segment_units() -> None:
+    # Prompts far below OpenAI's minimum: both solves serve 0 tokens, and the
+    # order is the one chosen without a granularity.
+    t = Table.from_columns(
+        {
+            "review/appearance": ["4.0", "4.0", "3.5", "3.5", "4.0"],
+            "review/aroma": ["4.0", "4.0", "3.5", "3.5", "4.0"],
+            "beer": ["Alpha", "Beta", "Alpha", "Gamma", "Beta"],
+        }
+    )
+    plain = ggr(t)
+    assert ggr(t, granularity=Granularity(1024, 128)) == plain
