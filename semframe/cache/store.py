@@ -437,8 +437,12 @@ class ResultCache:
             self._inode = _inode(self.path)
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute("PRAGMA cache_size = -65536")  # 64 MiB: bulk inserts stay in memory
-            # Takes no lock when the file is already in WAL mode (it always is once made).
+            # Takes no lock when the file is already in WAL mode (it always is once made);
+            # on a new file it waits as schema creation does, for another process
+            # making the same file at the same moment.
+            db.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT_SECONDS * 1000)}")
             db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
             reader = _connect(self.path, BUSY_SECONDS)
             reader.execute("PRAGMA cache_size = -65536")
             self._db, self._reader = db, reader
