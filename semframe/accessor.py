@@ -139,6 +139,7 @@ class LLMAccessor:
         self,
         template: str,
         *,
+        calibrate: str | Sequence[Mapping[str, object]] | None = "auto",
         max_tokens: int | None = None,
         system: str | None = None,
         examples: Sequence[Mapping[str, object]] | None = None,
@@ -158,6 +159,18 @@ class LLMAccessor:
         ----------
         template : str
             A yes/no question with ``{column}`` placeholders.
+        calibrate : {"auto", "content_free"}, list of mapping or None
+            How the yes/no decision is made. ``"auto"``: from the model's
+            probabilities of yes and no, calibrated against content-free
+            inputs (the same question with every field ``N/A``, empty,
+            ``[MASK]``), where the backend declares it (the embedded local
+            model, whose answer text says yes to almost anything); from the
+            answer text elsewhere. ``"content_free"``: that calibration on any
+            backend that reports logprobs. A list of labeled rows (each
+            mapping with every template field and ``"answer"``: True/False or
+            ``"yes"``/``"no"``): calibrated to answer most of them right.
+            ``None``: the answer text. See
+            :mod:`semframe.operators.calibration`.
         max_tokens, system, examples, truncate, backend, model, **settings
             As for :meth:`map` (``examples`` answers are ``"yes"``/``"no"``).
 
@@ -187,6 +200,7 @@ class LLMAccessor:
             "filter",
             self._frame,
             template,
+            calibrate=calibrate,
             max_tokens=max_tokens,
             system=system,
             examples=examples,
@@ -278,6 +292,7 @@ class LLMAccessor:
         *,
         out: str = "label",
         multi: bool = False,
+        calibrate: str | Sequence[Mapping[str, object]] | None = "auto",
         max_tokens: int | None = None,
         system: str | None = None,
         examples: Sequence[Mapping[str, object]] | None = None,
@@ -302,6 +317,10 @@ class LLMAccessor:
             Name of the new column (must not exist yet).
         multi : bool
             Whether a row may get several labels (a list, possibly empty).
+        calibrate : {"auto", "content_free"}, list of mapping or None
+            How the label is decided, as for :meth:`filter` (labeled rows
+            answer with one of ``labels``); with ``multi=True`` only ``"auto"``
+            or ``None``, both meaning the answer text.
         max_tokens, system, examples, truncate, backend, model, **settings
             As for :meth:`map`.
 
@@ -352,6 +371,7 @@ class LLMAccessor:
             labels=labels,
             out=out,
             multi=multi,
+            calibrate=calibrate,
             max_tokens=max_tokens,
             system=system,
             examples=examples,

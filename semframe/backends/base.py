@@ -65,6 +65,11 @@ class Capabilities:
         ``batch=True``.
     batch_limit : int
         Requests per provider batch (with ``batch_api``).
+    calibrate : bool
+        ``filter`` and ``classify`` decide from calibrated label probabilities
+        by default (``calibrate="auto"``, see
+        :mod:`semframe.operators.calibration`): engines running a small model
+        whose answer text leans to one label. Needs ``logprobs``.
     """
 
     prefix_cache: Literal["none", "per_slot", "shared"] = "none"
@@ -76,6 +81,7 @@ class Capabilities:
     async_io: bool = False
     batch_api: bool = False
     batch_limit: int = 0
+    calibrate: bool = False
 
 
 @runtime_checkable

@@ -415,6 +415,7 @@ class LocalBackend:
             prefix_cache="per_slot",
             json_schema=True,
             logprobs=True,
+            calibrate=True,
             max_concurrency=parallel,
             context_window=n_ctx,
         )

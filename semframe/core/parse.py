@@ -704,7 +704,7 @@ def label_confidence(
     text : str
         The raw answer.
     tokens : sequence of TokenLogprob
-        The answer's tokens, in order; their texts joined must equal ``text``.
+        The answer's tokens, in order; their texts joined must contain ``text``.
     labels : sequence of str
         The valid labels.
 
@@ -725,8 +725,10 @@ def label_confidence(
     ``0.6 / (0.6 + 0.2)`` for the first token ("The" spells no label), times
     ``0.9`` for the second, reported without alternatives.
     """
-    if "".join(t.token for t in tokens) != text:
+    joined = "".join(t.token for t in tokens)
+    if text not in joined:
         return {}
+    text = joined  # the answer as generated (a parser may have cut a code fence around it)
     starts: list[int] = []
     at = 0
     for t in tokens:
@@ -756,6 +758,109 @@ def label_confidence(
             confidence *= p / sum(math.exp(lp) for lp in valid.values())
         out[label] = confidence
     return out
+
+
+def label_distribution(
+    text: str, tokens: Sequence[TokenLogprob], labels: Sequence[str]
+) -> dict[str, float] | None:
+    """The model's probability of every label at the place its answer names one.
+
+    Where :func:`label_confidence` rates the label the answer chose, this
+    spreads the probability over all labels: at each token of the chosen
+    label, every reported alternative that would start spelling some label
+    (case ignored, leading spaces allowed at the label's first token) gives
+    its share to the labels it is compatible with (split evenly when several
+    are); the chosen path carries the rest on to the next token, and what is
+    left when the label is spelled goes to it. Labels no alternative names
+    share the probability the reported alternatives leave over, so a label
+    outside the top alternatives gets a small positive value rather than 0.
+    The result sums to 1. A backend reports the distribution before a
+    grammar constrains the answer (llama.cpp does), which is what makes this
+    the model's own preference.
+
+    Parameters
+    ----------
+    text : str
+        The raw answer.
+    tokens : sequence of TokenLogprob
+        The answer's tokens, in order; their texts joined must contain ``text``.
+    labels : sequence of str
+        The valid labels (distinct ignoring case).
+
+    Returns
+    -------
+    dict of str to float or None
+        Every label's probability; ``None`` when the answer names no label or
+        its tokens do not spell ``text`` (with anything around it).
+
+    Examples
+    --------
+    >>> from semframe.backends.base import TokenLogprob as T
+    >>> import math
+    >>> toks = [T('{"answer": "', 0.0), T("yes", math.log(0.6), (("yes", math.log(0.6)),
+    ...         ("no", math.log(0.3)), ("Yes", math.log(0.05)))), T('"}', 0.0)]
+    >>> d = label_distribution('{"answer": "yes"}', toks, ["yes", "no"])
+    >>> {k: round(v, 3) for k, v in d.items()}
+    {'yes': 0.684, 'no': 0.316}
+
+    ``0.65 / 0.95`` for yes ("yes" and "Yes"), ``0.3 / 0.95`` for no; the
+    5% no alternative was reported for is shared by no label.
+    """
+    joined = "".join(t.token for t in tokens)
+    if text not in joined:
+        return None
+    text = joined  # the answer as generated (a parser may have cut a code fence around it)
+    spans = _label_spans(text, labels)
+    if not spans:
+        return None
+    chosen, start, end = spans[0]
+    starts: list[int] = []
+    at = 0
+    for t in tokens:
+        starts.append(at)
+        at += len(t.token)
+    first = next(i for i, s in enumerate(starts) if s + len(tokens[i].token) > start)
+    head = text[starts[first] : start].casefold()
+    folded = {x: x.strip().casefold() for x in labels}
+    mass = dict.fromkeys(labels, 0.0)
+    carried = 1.0
+    unclaimed = 0.0
+    for i in range(first, len(tokens)):
+        if starts[i] >= end:
+            break
+        tok = tokens[i]
+        before = text[starts[first] : starts[i]].casefold()
+        options = dict(tok.top) if tok.top else {}
+        options.setdefault(tok.token, tok.logprob)
+        claims: dict[str, tuple[float, list[str]]] = {}
+        for alt, lp in options.items():
+            spelled = (before + alt).casefold()
+            if not spelled.startswith(head):
+                continue
+            rest = spelled[len(head) :]
+            rest = rest.lstrip() if i == first else rest
+            if not rest:
+                continue
+            fits = [x for x, f in folded.items() if f.startswith(rest) or rest.startswith(f)]
+            if fits:
+                claims[alt] = (math.exp(lp), fits)
+        if tok.token not in claims:
+            break
+        total = sum(p for p, _ in claims.values())
+        reported = sum(math.exp(lp) for lp in options.values())
+        if i == first:
+            unclaimed = max(0.0, 1.0 - reported) / total
+        for alt, (p, fits) in claims.items():
+            if alt != tok.token:
+                for x in fits:
+                    mass[x] += carried * p / total / len(fits)
+        carried *= claims[tok.token][0] / total
+    mass[chosen] += carried
+    missing = [x for x, v in mass.items() if v == 0.0]
+    for x in missing:
+        mass[x] = unclaimed / len(missing) if unclaimed > 0 else 1e-6
+    norm = sum(mass.values())
+    return {x: v / norm for x, v in mass.items()}
 
 
 def minimal_instance(schema: Mapping[str, Any], seed: str, path: str = "") -> Any:

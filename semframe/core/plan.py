@@ -55,6 +55,12 @@ class RelQuery:
         Sampling temperature.
     logprobs : int
         Top alternatives per answer token to ask for (0: no logprobs).
+    restate : bool
+        Ask the template's question again after the row's fields (the
+        instructions stay first, shared and cached): a small model answers
+        what it read last. ``filter`` and ``classify`` set it where they
+        decide by calibrated probabilities. The instructions then name the
+        fields bare (``review``, not ``[review]``).
     """
 
     op: str
@@ -66,6 +72,7 @@ class RelQuery:
     max_tokens: int = 256
     temperature: float = 0.0
     logprobs: int = 0
+    restate: bool = False
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -107,7 +114,7 @@ def render_instructions(rq: RelQuery) -> str:
     answer: no
     """
     check_examples(rq)
-    lines = [rq.template.instruction().strip()]
+    lines = [rq.template.instruction(brackets=not rq.restate).strip()]
     if rq.output.instruction:
         lines.append(rq.output.instruction)
     text = "\n".join(lines)
@@ -487,6 +494,7 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     instructions = rq.instructions
     check_sendable(rq, instructions)
     head = instructions + "\n\n"
+    tail = "\n" + rq.template.instruction(brackets=False).strip() + "\n" if rq.restate else ""
     cells = rq.table.cells
     # Labeled segments, rendered column by column once.
     labels = {f: f"{f}: " for f in rq.fields}
@@ -528,7 +536,7 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
         Request(
             pos,
             row,
-            head + "".join(parts),
+            head + "".join(parts) + tail,
             system,
             max_tokens,
             temperature,
@@ -588,6 +596,7 @@ def fingerprint(rq: RelQuery, reorder: str) -> str:
         repr(float(rq.temperature)),
         rq.logprobs,
         rq.table.n_rows,
+        *(["restate"] if rq.restate else []),
     ]
     digest = hashlib.sha256(json.dumps(head, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     for name in rq.fields:

@@ -47,12 +47,21 @@ class Template:
     parts: tuple[str | Placeholder, ...]
     fields: tuple[str, ...]
 
-    def instruction(self) -> str:
+    def instruction(self, *, brackets: bool = True) -> str:
         """The template as shared instruction text: placeholders become ``[name]``.
 
         The values themselves follow the instructions as labeled fields
-        (``name: value``), so the instruction refers to them by name.
+        (``name: value``), so the instruction refers to them by name. With
+        ``brackets=False`` the name stands bare: a small model copies a
+        bracketed placeholder into its answer, and decides worse with one.
+
+        Examples
+        --------
+        >>> parse_template("Is {review} positive?").instruction(brackets=False)
+        'Is review positive?'
         """
+        if not brackets:
+            return "".join(p if isinstance(p, str) else p.name for p in self.parts)
         return "".join(p if isinstance(p, str) else f"[{p.name}]" for p in self.parts)
 
     def resolve(self, columns: Sequence[object]) -> Template:

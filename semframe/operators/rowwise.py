@@ -16,17 +16,28 @@ cut answer that still parses is kept and marked True in a bool column
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from semframe.config import ResolvedConfig, config
 from semframe.core.frames import Frame, NewColumn, Output
-from semframe.core.parse import BOOL, TEXT, FieldSpec, label_confidence, label_spec, record_spec
+from semframe.core.parse import (
+    BOOL,
+    TEXT,
+    FieldSpec,
+    label_confidence,
+    label_distribution,
+    label_spec,
+    record_spec,
+)
 from semframe.core.plan import Plan
+from semframe.core.table import Table
 from semframe.core.wire import Outcome
 from semframe.cost.estimate import Estimate
 from semframe.errors import InputError, RowErrors
+from semframe.operators import calibration
 from semframe.operators.common import (
     TOP_LOGPROBS,
     check_logprobs,
@@ -36,7 +47,7 @@ from semframe.operators.common import (
     row_errors,
     truncated_marks,
 )
-from semframe.runtime.call import Call, Runner, with_logprobs
+from semframe.runtime.call import Call, Recipe, Runner, backend_of, with_logprobs
 from semframe.runtime.estimate import estimate_call
 
 __all__ = [
@@ -71,6 +82,12 @@ class RowwiseCall:
         ``extract``'s schema fields (its new columns).
     confidence : tuple of str
         ``classify(confidence=True)``'s labels (empty: no confidence columns).
+    choices : tuple of str
+        The labels an answer is decided among (``filter``: yes and no;
+        ``classify``: its labels; empty for the others).
+    calibrate : str, tuple or None
+        How ``filter`` and ``classify`` decide (see :func:`check_calibrate`):
+        ``"auto"``, ``"content_free"``, labeled rows, or ``None`` (the text).
     """
 
     frame: Frame
@@ -78,6 +95,8 @@ class RowwiseCall:
     out: str = ""
     fields: tuple[FieldSpec, ...] = ()
     confidence: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    calibrate: str | tuple[Mapping[str, object], ...] | None = None
 
     @property
     def settings(self) -> ResolvedConfig:
@@ -154,7 +173,9 @@ class Filter(_Rowwise):
 
     name = "filter"
 
-    def compile(self, frame: Frame, template: str, **kwargs: Any) -> RowwiseCall:
+    def compile(
+        self, frame: Frame, template: str, *, calibrate: object = "auto", **kwargs: Any
+    ) -> RowwiseCall:
         """Validate a ``filter`` call; with ``errors="keep"`` ``llm_error`` must not exist yet."""
         args, cfg = _split(kwargs)
         call = compile_relquery(
@@ -167,7 +188,13 @@ class Filter(_Rowwise):
             truncated_column="llm_truncated",
             **args,
         )
-        return RowwiseCall(frame, call)
+        choices = ("yes", "no")
+        mode = check_calibrate(calibrate, call.relquery.fields, choices, "filter")
+        return RowwiseCall(frame, call, choices=choices, calibrate=mode)
+
+    def run(self, compiled: RowwiseCall, runner: Runner) -> Output:
+        outcomes = run_decided(compiled, runner, "filter")
+        return self.output(compiled, outcomes)
 
     def output(
         self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
@@ -258,6 +285,7 @@ class Classify(_Rowwise):
         out: str = "label",
         multi: bool = False,
         confidence: bool = False,
+        calibrate: object = "auto",
         **kwargs: Any,
     ) -> RowwiseCall:
         """Validate a ``classify`` call; with ``confidence`` every request asks for logprobs."""
@@ -283,12 +311,24 @@ class Classify(_Rowwise):
         )
         if confidence:
             call = with_logprobs(call, TOP_LOGPROBS)
-        return RowwiseCall(frame, call, out, confidence=names)
+        choices = tuple(cast("Sequence[str]", labels))
+        if multi:
+            if calibrate not in ("auto", None, False):
+                msg = (
+                    f"calibrate={_short(calibrate)} decides one label per row; with multi=True "
+                    "(any number of labels) give calibrate=None or leave it out."
+                )
+                raise InputError(msg)
+            mode = None
+        else:
+            mode = check_calibrate(calibrate, call.relquery.fields, choices, "classify")
+        return RowwiseCall(frame, call, out, confidence=names, choices=choices, calibrate=mode)
 
     def run(self, compiled: RowwiseCall, runner: Runner) -> Output:
         if compiled.confidence:
             check_logprobs(compiled.settings, "classify(confidence=True)")
-        return super().run(compiled, runner)
+        outcomes = run_decided(compiled, runner, "classify")
+        return self.output(compiled, outcomes)
 
     def output(
         self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
@@ -312,6 +352,157 @@ class Classify(_Rowwise):
         return finish(call, outcomes, Output(columns=(*columns, *extra)), f"{out}_error")
 
 
+CALIBRATION_LOGPROBS = 20
+"""Top alternatives per token asked for when answers are decided from probabilities."""
+
+
+def check_calibrate(
+    calibrate: object, fields: Sequence[str], choices: Sequence[str], op: str
+) -> str | tuple[Mapping[str, object], ...] | None:
+    """``calibrate=`` of ``filter`` or ``classify``, checked before anything is sent.
+
+    ``"auto"`` (the default) decides from content-free calibrated label
+    probabilities where the backend declares it (``Capabilities.calibrate``:
+    the embedded small model), from the answer text elsewhere;
+    ``"content_free"`` asks for it on any backend that reports logprobs;
+    ``None`` or ``False`` decides from the answer text; a list of labeled rows
+    (mappings with every template field and ``"answer"``) calibrates on them.
+
+    Raises
+    ------
+    InputError
+        Naming what is wrong and what is valid.
+
+    Examples
+    --------
+    >>> check_calibrate(False, ["review"], ["yes", "no"], "filter") is None
+    True
+    >>> check_calibrate([{"review": "dull", "answer": False}], ["review"], ["yes", "no"], "filter")
+    ({'review': 'dull', 'answer': 'no'},)
+    >>> check_calibrate("cf", ["review"], ["yes", "no"], "filter")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.errors.InputError: calibrate='cf' is not valid: give "auto" (the default), ...
+    """
+    if calibrate is None or calibrate is False:
+        return None
+    if calibrate in ("auto", "content_free"):
+        return calibrate
+    if not isinstance(calibrate, list | tuple) or not calibrate:
+        msg = (
+            f'calibrate={_short(calibrate)} is not valid: give "auto" (the default), '
+            '"content_free", None (decide from the answer text), or a non-empty list of '
+            f"labeled rows, each a mapping with the keys {[*fields, 'answer']!r}."
+        )
+        raise InputError(msg)
+    rows = []
+    folded = {c.casefold(): c for c in choices}
+    for i, row in enumerate(calibrate):
+        if not isinstance(row, Mapping) or any(k not in row for k in [*fields, "answer"]):
+            msg = (
+                f"calibrate row {i} must be a mapping with the keys "
+                f"{[*fields, 'answer']!r}, got {_short(row)}."
+            )
+            raise InputError(msg)
+        answer = row["answer"]
+        if op == "filter" and isinstance(answer, bool):
+            answer = "yes" if answer else "no"
+        label = folded.get(str(answer).strip().casefold()) if isinstance(answer, str) else None
+        if label is None:
+            valid = "True, False, 'yes' or 'no'" if op == "filter" else repr(list(choices))
+            msg = f"calibrate row {i} has answer {answer!r}; valid answers: {valid}."
+            raise InputError(msg)
+        rows.append({**{f: row[f] for f in fields}, "answer": label})
+    return tuple(rows)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def run_decided(compiled: RowwiseCall, runner: Runner, op: str) -> list[Outcome]:
+    """Run the call; with calibration, decide each answer from its label probabilities.
+
+    The calibration rows (content-free inputs, or the labeled rows) go first,
+    as a relQuery of their own with the same instructions (so they warm the
+    cache for the rows); the call's own rows follow with logprobs asked for.
+    A row whose answer carries no usable probabilities keeps its text answer;
+    calibration rows that fail are left out (with none left, the labels'
+    probabilities are compared uncalibrated). ``semframe.last_op()`` counts
+    the rows decided by probability (``decided``) and those whose decision
+    differs from the answer text (``changed``).
+    """
+    mode = compiled.calibrate
+    call = compiled.call
+    if mode == "auto":
+        wanted = not compiled.settings["batch"]
+        wanted = wanted and backend_of(compiled.settings).capabilities.calibrate
+        mode = "content_free" if wanted else None
+    if mode is None or not call.labels:
+        outcomes = runner.run(call)
+        runner.finish()
+        return outcomes
+    check_logprobs(compiled.settings, f"{op}(calibrate=...)")
+    call = _restated(with_logprobs(call, max(CALIBRATION_LOGPROBS, call.relquery.logprobs)))
+    probe, answers = _probe(call, mode)
+    probed = runner.run(probe)
+    outcomes = runner.run(call)
+    choices = compiled.choices
+    dists = [_distribution(o, choices) for o in probed]
+    if answers:
+        pairs = [(d, a) for d, a in zip(dists, answers, strict=True) if d is not None]
+        bias = calibration.bias_from_labeled([d for d, _ in pairs], [a for _, a in pairs], choices)
+    else:
+        known = [d for d in dists if d is not None]
+        bias = calibration.bias_from_prior(calibration.mean_distribution(known, choices))
+    decided: list[Outcome] = []
+    changed = used = 0
+    for o in outcomes:
+        dist = _distribution(o, choices)
+        if dist is None:
+            decided.append(o)
+            continue
+        label = calibration.decide(dist, bias)
+        value: object = label == "yes" if op == "filter" else label
+        used += 1
+        changed += value != o.value
+        decided.append(o._replace(value=value))
+    runner.finish(decided=used, changed=changed, calibration_rows=len(probed))
+    return decided
+
+
+def _restated(call: Call) -> Call:
+    """``call`` with its question asked again after each row's fields (``RelQuery.restate``)."""
+    source = call.source
+    if not isinstance(source, Recipe):
+        return call
+    rq = dataclasses.replace(source.relquery, restate=True)
+    return dataclasses.replace(call, source=Recipe(rq, source.reorder))
+
+
+def _probe(call: Call, mode: str | tuple[Mapping[str, object], ...]) -> tuple[Call, list[str]]:
+    """The calibration relQuery of ``call``, and the right label of each of its rows."""
+    rq = call.relquery
+    if isinstance(mode, tuple):
+        columns = {f: [row[f] for row in mode] for f in rq.fields}
+        answers = [cast("str", row["answer"]) for row in mode]
+        labels: list[object] = [f"calibration row {i}" for i in range(len(mode))]
+    else:
+        columns = {f: list(calibration.CONTENT_FREE) for f in rq.fields}
+        answers = []
+        labels = [f"content-free input {v!r}" for v in calibration.CONTENT_FREE]
+    probe = dataclasses.replace(rq, table=Table.from_columns(columns))
+    method = call.source.reorder if isinstance(call.source, Recipe) else "none"
+    return Call(labels, call.settings, Recipe(probe, method)), answers
+
+
+def _distribution(outcome: Outcome, choices: Sequence[str]) -> dict[str, float] | None:
+    if outcome.error_kind is not None or outcome.logprobs is None or outcome.raw is None:
+        return None
+    return label_distribution(outcome.raw, outcome.logprobs, choices)
+
+
 def confidence_columns(out: str, labels: Sequence[str], multi: bool) -> list[str]:
     """The confidence column(s) ``classify(confidence=True)`` adds."""
     if not multi:
@@ -325,6 +516,10 @@ def _confidences(outcome: Outcome, labels: Sequence[str]) -> dict[str, float]:
         return {}
     chosen = outcome.value if isinstance(outcome.value, list) else [outcome.value]
     found = label_confidence(outcome.raw, outcome.logprobs, labels)
+    if isinstance(outcome.value, str) and outcome.value not in found:
+        # Decided by calibrated probabilities against the text: the model's own
+        # probability of the label decided on.
+        found = label_distribution(outcome.raw, outcome.logprobs, labels) or {}
     return {k: v for k, v in found.items() if k in chosen}
 
 
