@@ -205,6 +205,19 @@ _INSERT_CALL = (
 )
 
 
+def _switch_to_wal(db: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode = WAL``, waiting up to 5x ``LOCK_WAIT_SECONDS`` for a lock."""
+    deadline = time.monotonic() + 5 * LOCK_WAIT_SECONDS
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class Entry(NamedTuple):
     """One stored answer.
 
@@ -438,11 +451,10 @@ class ResultCache:
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute("PRAGMA cache_size = -65536")  # 64 MiB: bulk inserts stay in memory
             # Takes no lock when the file is already in WAL mode (it always is once made);
-            # on a new file it waits as schema creation does, for another process
-            # making the same file at the same moment.
-            db.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT_SECONDS * 1000)}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+            # on a new file it waits, for another process making the same file at the
+            # same moment (SQLite may answer "locked" there without calling its busy
+            # handler, so the wait is a loop).
+            _switch_to_wal(db)
             reader = _connect(self.path, BUSY_SECONDS)
             reader.execute("PRAGMA cache_size = -65536")
             self._db, self._reader = db, reader
