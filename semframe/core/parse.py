@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -684,6 +685,24 @@ def _label_spans(text: str, labels: Sequence[str]) -> list[tuple[str, int, int]]
     return [(label, a, b) for label, (a, b) in found.items()]
 
 
+def _aligned(text: str, tokens: Sequence[TokenLogprob]) -> tuple[str, list[int]] | None:
+    """The answer as generated (the tokens joined) and each token's start in it.
+
+    ``None`` unless the tokens contain ``text``: a parser may have cut a code
+    fence around the answer, but the tokens must be the answer's.
+    """
+    joined = "".join(t.token for t in tokens)
+    if text not in joined:
+        return None
+    ends = itertools.accumulate((len(t.token) for t in tokens), initial=0)
+    return joined, list(ends)[: len(tokens)]
+
+
+def _token_at(starts: Sequence[int], tokens: Sequence[TokenLogprob], pos: int) -> int:
+    """Index of the token that covers character ``pos``."""
+    return next(i for i, s in enumerate(starts) if s + len(tokens[i].token) > pos)
+
+
 def label_confidence(
     text: str, tokens: Sequence[TokenLogprob], labels: Sequence[str]
 ) -> dict[str, float]:
@@ -725,18 +744,13 @@ def label_confidence(
     ``0.6 / (0.6 + 0.2)`` for the first token ("The" spells no label), times
     ``0.9`` for the second, reported without alternatives.
     """
-    joined = "".join(t.token for t in tokens)
-    if text not in joined:
+    aligned = _aligned(text, tokens)
+    if aligned is None:
         return {}
-    text = joined  # the answer as generated (a parser may have cut a code fence around it)
-    starts: list[int] = []
-    at = 0
-    for t in tokens:
-        starts.append(at)
-        at += len(t.token)
+    text, starts = aligned
     out: dict[str, float] = {}
     for label, start, end in _label_spans(text, labels):
-        first = next(i for i, s in enumerate(starts) if s + len(tokens[i].token) > start)
+        first = _token_at(starts, tokens, start)
         head = text[starts[first] : start]
         close = text[end : end + 1] if text[end : end + 1] == '"' else ""
         targets = [(head + x + close).casefold() for x in labels]
@@ -806,20 +820,15 @@ def label_distribution(
     ``0.65 / 0.95`` for yes ("yes" and "Yes"), ``0.3 / 0.95`` for no; the
     5% no alternative was reported for is shared by no label.
     """
-    joined = "".join(t.token for t in tokens)
-    if text not in joined:
+    aligned = _aligned(text, tokens)
+    if aligned is None:
         return None
-    text = joined  # the answer as generated (a parser may have cut a code fence around it)
+    text, starts = aligned
     spans = _label_spans(text, labels)
     if not spans:
         return None
     chosen, start, end = spans[0]
-    starts: list[int] = []
-    at = 0
-    for t in tokens:
-        starts.append(at)
-        at += len(t.token)
-    first = next(i for i, s in enumerate(starts) if s + len(tokens[i].token) > start)
+    first = _token_at(starts, tokens, start)
     head = text[starts[first] : start].casefold()
     folded = {x: x.strip().casefold() for x in labels}
     mass = dict.fromkeys(labels, 0.0)
