@@ -12,15 +12,36 @@ the same requests without semframe around it, is measured too and subtracted:
     python benchmarks/overhead.py --rows 100000 --repeat 5
 
 Target (issue 2): under 2 s for 100,000 rows x 8 columns, linear in rows.
+
+``--calls`` measures the calls of issue 24 instead, on N rows of three
+low-cardinality fields and a ~230-character review, each against the columnar
+floor measured in the same run (pandas/pyarrow string operations rendering N
+prompts of the same four labeled fields into a column). Every measurement runs
+in a fresh subprocess, so that its peak memory (``VmHWM`` above the process's
+resident size after building the frame) is its own; times are medians over
+``--repeat`` (the floor: at least 3). The machine's load average is recorded
+with the results. Writes ``benchmarks/results/overhead_calls.json``.
+
+    python benchmarks/overhead.py --calls --rows 300000 --repeat 3
+
+Targets (issue 24): ``plan`` within 10x the floor, ``estimate`` within 20x,
+a cold fake-backend ``map`` the fake's own work plus 5 us a row, the same map
+served from the result cache within 10x.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -83,13 +104,207 @@ def run_once(df: pd.DataFrame, reorder: str) -> dict[str, float]:
     }
 
 
+CALLS_TEMPLATE = (
+    "Summarize in one sentence what the {review} says about {product} "
+    "({category}, sold in {region})."
+)
+CALLS = ("floor", "plan", "estimate", "map_cold", "map_warm")
+CALL_TARGETS = {"plan": 10.0, "estimate": 20.0, "map_warm": 10.0}
+"""Largest time of each call as a multiple of the floor (issue 24)."""
+MAP_COLD_US_PER_ROW = 5.0
+"""A cold map's budget: the fake's own work plus this many microseconds a row."""
+
+_WORDS = (
+    "the a this film movie plot acting story scene great good bad slow fast funny dark "
+    "long short music score camera cast director ending twist characters dialogue "
+    "brilliant boring tense warm cold beautiful ugly loud quiet clever dull fresh stale "
+    "and but with without very quite rather too never always often sometimes really"
+)
+
+
+def make_reviews_frame(rows: int, seed: int = 0) -> pd.DataFrame:
+    """``rows`` rows: product, category, region (few distinct values) and a ~230-char review."""
+    rng = np.random.default_rng(seed)
+    words = np.array(_WORDS.split(), dtype=object)
+    picks = words[rng.integers(0, len(words), (rows, 40))]
+    regions = ["north", "south", "east", "west", "central"]
+    reviews = [f"{i}: " + " ".join(w)[:226] for i, w in enumerate(picks.tolist())]
+    return pd.DataFrame(
+        {
+            "product": pd.array(rng.choice([f"product {i}" for i in range(200)], rows), "str"),
+            "category": pd.array(rng.choice([f"category {i}" for i in range(12)], rows), "str"),
+            "region": pd.array(rng.choice(regions, rows), "str"),
+            "review": pd.array(reviews, "str"),
+        }
+    )
+
+
+def floor_render(df: pd.DataFrame) -> pd.Series:
+    """The floor: render the four labeled fields of every row into a column, columnar."""
+    head = "Summarize in one sentence what the [review] says about [product] ([category], "
+    head += "sold in [region]).\n\n"
+    return (
+        head
+        + "review: "
+        + df["review"]
+        + "\nproduct: "
+        + df["product"]
+        + "\ncategory: "
+        + df["category"]
+        + "\nregion: "
+        + df["region"]
+        + "\n"
+    )
+
+
+def _status_bytes(field: str) -> int:
+    """``VmRSS`` or ``VmHWM`` (the peak since :func:`_reset_peak`) of this process, in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _reset_peak() -> None:
+    """Start ``VmHWM`` again from the current resident size (Linux)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def child(name: str, rows: int, repeat: int, cache_root: str) -> dict[str, Any]:
+    """One measurement in this process: times of ``repeat`` calls and the peak memory."""
+    df = make_reviews_frame(rows)
+    columns_bytes = int(df.memory_usage(deep=True, index=False).sum())
+    frame_peak = _status_bytes("VmHWM")
+    _reset_peak()
+    base_rss = _status_bytes("VmRSS")
+    fake = cast("FakeBackend", semframe.backends.get_backend("fake", model=None, settings={}))
+    times: list[float] = []
+    answers_bytes = 0
+    for i in range(max(repeat, 3) if name == "floor" else repeat):  # the floor is cheap
+        cache_dir = f"{cache_root}/cold{i}" if name == "map_cold" else f"{cache_root}/cold0"
+        fake.history.clear()  # one call's requests only (the fake records every request)
+        fake.slots.clear()
+        t0 = time.perf_counter()
+        if name == "floor":
+            out: Any = floor_render(df)
+        elif name == "plan":
+            out = df.llm.plan(CALLS_TEMPLATE, op="map", cache_dir=cache_dir)
+        elif name == "estimate":
+            out = df.llm.estimate(
+                CALLS_TEMPLATE, op="map", backend="openai", model="gpt-4o-mini", cache_dir=cache_dir
+            )
+        else:
+            out = df.llm.map(CALLS_TEMPLATE, backend="fake", cache_dir=cache_dir, progress="off")
+        times.append(time.perf_counter() - t0)
+        if name.startswith("map"):
+            answers_bytes = int(out["llm_output"].memory_usage(deep=True, index=False))
+        del out
+    peak = _status_bytes("VmHWM")
+    result: dict[str, Any] = {
+        "call": name,
+        "rows": rows,
+        "times": times,
+        "median_s": statistics.median(times),
+        "peak_bytes": peak - base_rss,
+        "frame_peak_bytes": frame_peak,
+        "columns_bytes": columns_bytes,
+        "answers_bytes": answers_bytes,
+    }
+    if name == "map_cold":
+        plan = df.llm.plan(CALLS_TEMPLATE, op="map", backend="fake", cache=False)
+        alone = FakeBackend()
+        t0 = time.perf_counter()
+        for request in plan.requests:
+            alone.complete(request, slot=0)
+        result["fake_alone_s"] = time.perf_counter() - t0
+    return result
+
+
+def run_calls(rows: list[int], repeat: int, out: str) -> None:
+    """Each of :data:`CALLS` in a subprocess per size; a table and JSON."""
+    results = []
+    load_before = os.getloadavg()
+    print(
+        f"{'rows':>9} {'call':>9} {'median s':>9} {'x floor':>8} {'target':>14} "
+        f"{'peak MB':>8} {'peak/(cols+answers)':>20} {'B/row':>7}"
+    )
+    for n in rows:
+        root = tempfile.mkdtemp(prefix="overhead-", dir=os.environ.get("OVERHEAD_TMP"))
+        by_call: dict[str, dict[str, Any]] = {}
+        try:
+            for name in CALLS:
+                cmd = [sys.executable, __file__, "--child", name, "--rows", str(n)]
+                cmd += ["--repeat", str(repeat), "--cache-root", root]
+                done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+                if done.returncode:
+                    raise SystemExit(f"{name} failed:\n{done.stderr}")
+                by_call[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        floor = by_call["floor"]["median_s"]
+        answers = by_call["map_cold"]["answers_bytes"]
+        for name in CALLS:
+            r = by_call[name]
+            ratio = r["median_s"] / floor
+            if name in CALL_TARGETS:
+                target = f"<= {CALL_TARGETS[name]:.0f}x"
+                r["met"] = ratio <= CALL_TARGETS[name]
+            elif name == "map_cold":
+                allowed = r["fake_alone_s"] + MAP_COLD_US_PER_ROW * 1e-6 * n
+                target = f"<= {allowed:.2f} s"
+                r["allowed_s"] = allowed
+                r["met"] = r["median_s"] <= allowed
+            else:
+                target = ""
+            r["x_floor"] = ratio
+            base = r["columns_bytes"] + (answers if name.startswith("map") else 0)
+            r["peak_over_input"] = r["peak_bytes"] / base
+            met = "" if "met" not in r else (" ok" if r["met"] else " MISS")
+            print(
+                f"{n:>9,} {name:>9} {r['median_s']:>9.3f} {ratio:>8.1f} {target + met:>14} "
+                f"{r['peak_bytes'] / 1e6:>8.0f} {r['peak_over_input']:>20.2f} "
+                f"{r['peak_bytes'] / n:>7.0f}"
+            )
+            results.append(r)
+        print(f"{'':>9} fake alone {by_call['map_cold']['fake_alone_s']:.3f} s")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(
+        json.dumps(
+            {
+                "semframe": semframe.__version__,
+                "pandas": pd.__version__,
+                "load_average": {"before": load_before, "after": os.getloadavg()},
+                "results": results,
+            },
+            indent=2,
+        )
+    )
+    print(f"load average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="*", default=[12_500, 25_000, 50_000, 100_000])
+    parser.add_argument("--rows", type=int, nargs="*", default=None)
     parser.add_argument("--reorder", nargs="*", default=["none", "ggr"])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "overhead.json"))
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--calls", action="store_true", help="issue 24's calls vs the floor")
+    parser.add_argument("--child", choices=CALLS, help=argparse.SUPPRESS)
+    parser.add_argument("--cache-root", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    results_dir = Path(__file__).parent / "results"
+    if args.child:
+        print(json.dumps(child(args.child, args.rows[0], args.repeat, args.cache_root)))
+        return
+    if args.calls:
+        out = args.out or str(results_dir / "overhead_calls.json")
+        run_calls(args.rows or [300_000], args.repeat, out)
+        return
+    args.rows = args.rows or [12_500, 25_000, 50_000, 100_000]
+    args.out = args.out or str(results_dir / "overhead.json")
 
     results = []
     print(

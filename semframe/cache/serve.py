@@ -46,8 +46,9 @@ def serve_stored(
     if not found:
         return Served(0, Usage(), stale)
     stale_before = cache.clock() - TOUCH_SECONDS
+    get = found.get
     for i, key in enumerate(keys):
-        row = found.get(key) if key is not None else None
+        row = get(key)  # type: ignore[arg-type]  # None (not cacheable) is never found
         if row is None:
             continue
         text, tokens, prompt, cached, written, output, _, used = row
@@ -55,9 +56,14 @@ def serve_stored(
             value, _ = accept(parse, text, None)
         except ParseError:
             continue
-        outcomes[i] = Outcome(value, text, None, None, 0, load_tokens(tokens))
+        outcomes[i] = Outcome(
+            value, text, None, None, 0, None if tokens is None else load_tokens(tokens)
+        )
         served += 1
         if used < stale_before:
             stale.append(key)  # type: ignore[arg-type]
-        p, c, w, o = p + prompt, c + cached, w + written, o + output
+        p += prompt
+        c += cached
+        w += written
+        o += output
     return Served(served, Usage(p, c, w, o), stale)

@@ -188,15 +188,48 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('bytes', 0);
 """
 
-_INSERT = (
+_INSERT_INTO = (
     "INSERT INTO results (key, backend, model, text, tokens, prompt_tokens, cached_tokens, "
-    "cache_write_tokens, output_tokens, finish_reason, created, last_used, size) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (key) DO UPDATE SET text = excluded.text, tokens = excluded.tokens, "
+    "cache_write_tokens, output_tokens, finish_reason, created, last_used, size) VALUES "
+)
+_INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_UPSERT = (
+    " ON CONFLICT (key) DO UPDATE SET text = excluded.text, tokens = excluded.tokens, "
     "prompt_tokens = excluded.prompt_tokens, cached_tokens = excluded.cached_tokens, "
     "cache_write_tokens = excluded.cache_write_tokens, output_tokens = excluded.output_tokens, "
     "finish_reason = excluded.finish_reason, last_used = excluded.last_used, size = excluded.size"
 )
+_INSERT = _INSERT_INTO + _INSERT_ROW + _UPSERT
+
+ROWS_PER_INSERT = 256
+"""Answers written by one ``INSERT`` statement (fewer where SQLite allows fewer parameters).
+
+SQLite runs a statement without Python's global lock and takes it back after
+each; a statement per answer made the writer thread wait for that lock once
+per answer behind a busy main thread, and a fast run end waiting for it.
+"""
+
+
+def _insert_rows(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert (or replace) ``rows`` of the results table, :data:`ROWS_PER_INSERT` a statement.
+
+    Later rows replace earlier ones of the same key, as one statement per row would.
+    """
+    width = len(rows[0]) if rows else 1
+    per = max(1, min(ROWS_PER_INSERT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
+    full = ""
+    for lo in range(0, len(rows), per):
+        chunk = rows[lo : lo + per]
+        if len(chunk) == 1:
+            db.execute(_INSERT, chunk[0])
+            continue
+        if len(chunk) == per:
+            full = full or _INSERT_INTO + ",".join([_INSERT_ROW] * per) + _UPSERT
+            statement = full
+        else:
+            statement = _INSERT_INTO + ",".join([_INSERT_ROW] * len(chunk)) + _UPSERT
+        db.execute(statement, [value for row in chunk for value in row])
+
 
 _INSERT_CALL = (
     "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
@@ -726,10 +759,12 @@ class ResultCache:
         if not keys:
             return {}
 
+        ordered = sorted(keys)  # in key order: the B-tree is read page by page, not at random
+
         def read(db: sqlite3.Connection) -> dict[str, tuple[Any, ...]]:
             found: dict[str, tuple[Any, ...]] = {}
-            for lo in range(0, len(keys), 500):
-                chunk = list(keys[lo : lo + 500])
+            for lo in range(0, len(ordered), 500):
+                chunk = ordered[lo : lo + 500]
                 marks = ",".join("?" * len(chunk))
                 cursor = db.execute(
                     "SELECT key, text, tokens, prompt_tokens, cached_tokens, "
@@ -1039,7 +1074,7 @@ class ResultCache:
         with self._transaction():
             if rows:
                 # In key order: the B-tree is filled page by page, not at random.
-                self._db.executemany(_INSERT, sorted(rows) if len(rows) > 1 else rows)
+                _insert_rows(self._db, sorted(rows) if len(rows) > 1 else rows)
             for call in calls:
                 self._db.execute(_INSERT_CALL, call)
             for statement, params in chores:

@@ -10,15 +10,20 @@ the same plan, so the two cannot disagree about what is sent.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import json
 import unicodedata
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
+from itertools import repeat
 from typing import Any
+
+import numpy as np
 
 from semframe._version import __version__
 from semframe.core.display import html_table, pyplot
@@ -56,11 +61,13 @@ class RelQuery:
     logprobs : int
         Top alternatives per answer token to ask for (0: no logprobs).
     restate : bool
-        Ask the template's question again after the row's fields (the
-        instructions stay first, shared and cached): a small model answers
-        what it read last. ``filter`` and ``classify`` set it where they
-        decide by calibrated probabilities. The instructions then name the
-        fields bare (``review``, not ``[review]``).
+        Ask the template's question again after the row's fields, short values
+        inline (:meth:`Template.restated`); the instructions stay first,
+        shared and cached, and name the fields in words (``the review``, not
+        ``[review]``). A small model answers what it read last: the
+        row-by-row operators set it on backends that declare
+        ``Capabilities.restate``, and ``filter`` and ``classify`` wherever
+        they decide by calibrated probabilities.
     """
 
     op: str
@@ -490,71 +497,236 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     ...  for end, n in plan.requests[1].prefix]
     [('Summarize [review] of [movie].', 2), ('movie: Alien', 2)]
     """
+    with _without_gc():
+        return _make_plan(rq, ordering, reorder)
+
+
+@contextlib.contextmanager
+def _without_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while many objects that hold no cycles are built.
+
+    Building a request per row allocates enough containers to start a
+    collection every few hundred rows, each one scanning every object built
+    so far: a third of the planning time of a 300,000-row relQuery. Nothing
+    built here can form a cycle; the collector runs again afterwards (if it
+    was enabled).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     ordering.validate(rq.table.n_rows, rq.fields)
     instructions = rq.instructions
     check_sendable(rq, instructions)
     head = instructions + "\n\n"
-    tail = "\n" + rq.template.instruction(brackets=False).strip() + "\n" if rq.restate else ""
-    cells = rq.table.cells
-    # Labeled segments, rendered column by column once.
-    labels = {f: f"{f}: " for f in rq.fields}
-    segments = {f: [f"{f}: {v}\n" for v in cells[f]] for f in rq.fields}
-    missing = {f: {f"{f}: {MISSING}\n"} for f in rq.fields}
-    system, schema = rq.system, rq.output.schema
-    max_tokens, temperature = rq.max_tokens, rq.temperature
-    rows_parts: list[list[str]] = []
-    starts: list[int] = []
-    shared: list[int] = []
-    equal: list[int] = []  # whole leading segments equal to the previous request's
-    group_of: list[int] = []
-    prev: list[str] = []
-    for pos, (row, order) in enumerate(zip(ordering.rows, ordering.fields, strict=True)):
-        parts = [segments[f][row] for f in order]
-        same = 0
-        if pos == 0:
-            shared.append(0)
-        else:
-            # Equal to the previous prompt: the instructions, whole equal segments, and
-            # the label of the first differing segment when it is the same field.
-            common = len(head)
-            for a, b, name in zip(prev, parts, order, strict=False):
-                if a != b:
-                    if a.startswith(labels[name]):
-                        common += len(labels[name])
-                    break
-                common += len(a)
-                same += 1
-            shared.append(common)
-        equal.append(same)
-        if pos == 0 or not parts or parts[0] != prev[0] or parts[0] in missing[order[0]]:
-            starts.append(pos)
-        group_of.append(len(starts) - 1)
-        prev = parts
-        rows_parts.append(parts)
-    levels = _prefix_levels(equal, rows_parts, len(head))
-    requests = [
-        Request(
-            pos,
-            row,
-            head + "".join(parts) + tail,
-            system,
-            max_tokens,
-            temperature,
-            schema,
-            group_of[pos],
-            levels[pos],
-            rq.logprobs,
+    n, k = len(ordering.rows), len(rq.fields)
+    if n == 0:
+        return Plan(rq, ordering, reorder, instructions, (), (), ())
+    rows = np.asarray(ordering.rows, dtype=np.intp)
+    # Each column factorized once: a code per row, each distinct segment rendered once.
+    columns = [_Column.of(f, rq.table.cells[f]) for f in rq.fields]
+    position = {f: j for j, f in enumerate(rq.fields)}
+    orders = dict.fromkeys(ordering.fields)  # the distinct field orders, first seen first
+    order_index = dict(zip(orders, range(len(orders)), strict=True))
+    order_of = np.fromiter(map(order_index.__getitem__, ordering.fields), np.intp, n)
+    by_order = [np.flatnonzero(order_of == o) for o in range(len(orders))]
+    # Per execution position and field depth: the column, the value's code, the segment length.
+    col = np.empty((k, n), dtype=np.intp)
+    code = np.empty((k, n), dtype=np.int64)
+    length = np.empty((k, n), dtype=np.int64)
+    prompts: list[str] = []
+    for o, order in enumerate(orders):
+        at = by_order[o]
+        taken = rows[at]
+        texts = []
+        for depth, name in enumerate(order):
+            c = columns[position[name]]
+            codes = c.codes[taken]
+            col[depth, at] = position[name]
+            code[depth, at] = codes
+            length[depth, at] = c.lengths[codes]
+            texts.append(list(map(c.segments.__getitem__, codes.tolist())))
+        rendered = list(
+            map("".join, zip(repeat(head, len(at)), *texts, _tails(rq, taken), strict=True))
         )
-        for pos, (row, parts) in enumerate(zip(ordering.rows, rows_parts, strict=True))
-    ]
-    bounds = zip(starts, [*starts[1:], len(requests)], strict=False)
-    groups = [PrefixGroup(a, b) for a, b in bounds]
-    return Plan(rq, ordering, reorder, instructions, tuple(requests), tuple(groups), tuple(shared))
+        if len(orders) == 1:
+            prompts = rendered
+        else:
+            if not prompts:
+                prompts = [""] * n
+            for pos, text in zip(at.tolist(), rendered, strict=True):
+                prompts[pos] = text
+    equal, shared = _shared(head, columns, col, code, length, orders, order_of, rows)
+    # A prefix group starts where the first segment differs from the previous request's,
+    # or holds a missing value.
+    if k:
+        first = equal >= 1
+        missing = np.array([c.missing for c in columns], dtype=np.int64)
+        first &= code[0] != missing[col[0]]
+        starts = ~first
+    else:
+        starts = np.ones(n, dtype=bool)
+    starts[0] = True
+    group_of = np.cumsum(starts) - 1
+    levels = _levels(equal, length, len(head))
+    requests = list(
+        map(
+            tuple.__new__,
+            repeat(Request, n),
+            zip(
+                range(n),
+                ordering.rows,
+                prompts,
+                repeat(rq.system, n),
+                repeat(rq.max_tokens, n),
+                repeat(rq.temperature, n),
+                repeat(rq.output.schema, n),
+                group_of.tolist(),
+                levels,
+                repeat(rq.logprobs, n),
+                repeat("", n),
+                repeat(0, n),
+                strict=True,
+            ),
+        )
+    )
+    bounds = np.flatnonzero(starts).tolist()
+    groups = [PrefixGroup(a, b) for a, b in zip(bounds, [*bounds[1:], n], strict=True)]
+    return Plan(
+        rq, ordering, reorder, instructions, tuple(requests), tuple(groups), tuple(shared.tolist())
+    )
 
 
-PLAN_FORMAT = 1
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """One field's values factorized: what :func:`make_plan` renders and compares."""
+
+    label: str
+    codes: np.ndarray[Any, np.dtype[np.int64]]  # per table row, into ``segments``
+    segments: list[str]  # ``"{name}: {value}\n"`` per distinct value, first seen first
+    lengths: np.ndarray[Any, np.dtype[np.int64]]  # per distinct value, of its segment
+    missing: int  # the code of a missing value, -1 when none is
+
+    @classmethod
+    def of(cls, name: str, cells: Sequence[str]) -> _Column:
+        distinct = dict.fromkeys(cells)
+        index = dict(zip(distinct, range(len(distinct)), strict=True))
+        codes = np.fromiter(map(index.__getitem__, cells), np.int64, len(cells))
+        label = f"{name}: "
+        segments = [f"{label}{v}\n" for v in distinct]
+        lengths = np.fromiter(map(len, segments), np.int64, len(segments))
+        return cls(label, codes, segments, lengths, index.get(MISSING, -1))
+
+
+def _shared(  # noqa: PLR0917
+    head: str,
+    columns: Sequence[_Column],
+    col: np.ndarray[Any, np.dtype[np.intp]],
+    code: np.ndarray[Any, np.dtype[np.int64]],
+    length: np.ndarray[Any, np.dtype[np.int64]],
+    orders: Mapping[tuple[str, ...], None],
+    order_of: np.ndarray[Any, np.dtype[np.intp]],
+    rows: np.ndarray[Any, np.dtype[np.intp]],
+) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
+    """Per request: whole leading segments equal to the previous request's, and shared chars.
+
+    Shared characters are those of the instructions, the equal segments and
+    the label of the first differing segment when the previous request's
+    segment there starts with it (the same field, with another value). Two
+    segments of the same field are equal when their values are; segments of
+    different fields (rows whose field orders differ) are compared as text.
+    """
+    k, n = col.shape
+    equal = np.zeros(n, dtype=np.int64)
+    shared = np.zeros(n, dtype=np.int64)
+    if n < 2:
+        return equal, shared
+    same_col = col[:, 1:] == col[:, :-1]
+    eq = same_col & (code[:, 1:] == code[:, :-1])
+    cross = np.argwhere(~same_col)  # (depth, position - 1): other fields, compared as text
+    order_list = list(orders)
+
+    def segment(depth: int, pos: int) -> str:
+        c = columns[int(col[depth, pos])]
+        return c.segments[int(c.codes[rows[pos]])]
+
+    for depth, prev in cross.tolist():
+        eq[depth, prev] = segment(depth, prev) == segment(depth, prev + 1)
+    equal[1:] = np.cumprod(eq, axis=0).sum(axis=0)
+    ends = np.zeros((k + 1, n), dtype=np.int64)
+    np.cumsum(length, axis=0, out=ends[1:])
+    shared[1:] = len(head) + ends[equal[1:], np.arange(1, n)]
+    # The label of the first differing segment, when the previous one starts with it.
+    differs = np.flatnonzero(equal[1:] < k) + 1
+    if differs.size:
+        at = equal[differs]
+        same = col[at, differs] == col[at, differs - 1]
+        label_len = np.array([len(c.label) for c in columns], dtype=np.int64)
+        shared[differs[same]] += label_len[col[at[same], differs[same]]]
+        for pos, d in zip(differs[~same].tolist(), at[~same].tolist(), strict=True):
+            label = order_list[int(order_of[pos])][d] + ": "
+            if segment(d, pos - 1).startswith(label):
+                shared[pos] += len(label)
+    return equal, shared
+
+
+def _levels(
+    equal: np.ndarray[Any, np.dtype[np.int64]],
+    length: np.ndarray[Any, np.dtype[np.int64]],
+    head: int,
+) -> list[tuple[tuple[int, int], ...]]:
+    """Per request: (end, shared_by) for the instructions and each shared field depth.
+
+    ``equal[i]`` is how many whole leading segments request ``i`` shares with
+    request ``i - 1``; ``length[d, i]`` is the length of request ``i``'s
+    segment at depth ``d``. At depth ``d`` a run of consecutive requests with
+    ``equal >= d`` between neighbours shares its first ``d`` segments; each of
+    its members gets ``(end of its first d segments, run length)``. A member
+    at depth ``d`` is one at every depth above it too.
+    """
+    n = len(equal)
+    base = ((head, n),)
+    ends = head + np.cumsum(length, axis=0)
+    sizes: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+    member_to = np.zeros(n, dtype=np.int64)  # the deepest depth each request is a member at
+    for depth in range(1, int(equal.max(initial=0)) + 1):
+        run = np.cumsum(equal < depth) - 1
+        size = np.bincount(run)[run]
+        member = size >= 2
+        if not member.any():
+            break
+        member_to[member] = depth
+        sizes.append(size)
+    levels: list[tuple[tuple[int, int], ...]] = [base] * n
+    for deepest in range(1, len(sizes) + 1):
+        at = np.flatnonzero(member_to == deepest)
+        if not at.size:
+            continue
+        found = [
+            zip(ends[d][at].tolist(), sizes[d][at].tolist(), strict=True) for d in range(deepest)
+        ]
+        for i, level in zip(at.tolist(), zip(repeat(base[0]), *found), strict=True):
+            levels[i] = level
+    return levels
+
+
+PLAN_FORMAT = 2
 """Version of the prompt layout; part of :func:`fingerprint`. Bump it with any change to
 ordering or rendering that changes what a plan sends."""
+
+
+def _tails(rq: RelQuery, rows: np.ndarray) -> Iterable[str]:
+    """What follows the fields of each of ``rows``: ``""``, or the restated question."""
+    if not rq.restate:
+        return repeat("", len(rows))
+    asked = rq.template.restated_rows(rq.table.cells, rows.tolist())
+    return ["\n" + text.strip() + "\n" for text in asked]
 
 
 def fingerprint(rq: RelQuery, reorder: str) -> str:
@@ -631,6 +803,8 @@ def check_sendable(rq: RelQuery, instructions: str) -> None:
     hint = ".str.encode('utf-8', 'replace').str.decode('utf-8')"
     for name in rq.fields:
         cells = rq.table.cells[name]
+        if all(map(str.isascii, cells)):  # ASCII holds no surrogate (a flag, no scan)
+            continue
         try:
             "".join(cells).encode("utf-8")
         except UnicodeEncodeError:
@@ -653,39 +827,6 @@ def check_sendable(rq: RelQuery, instructions: str) -> None:
             "which is not valid Unicode and cannot be sent (requests are UTF-8); remove it."
         )
         raise InputError(msg) from None
-
-
-def _prefix_levels(
-    equal: Sequence[int], parts: Sequence[Sequence[str]], head: int
-) -> list[tuple[tuple[int, int], ...]]:
-    """Per request: (end, shared_by) for the instructions and each shared field depth.
-
-    ``equal[i]`` is how many whole leading segments request ``i`` shares with
-    request ``i - 1``. At depth ``d`` a run of consecutive requests with
-    ``equal >= d`` between neighbours shares its first ``d`` segments; each of
-    its members gets ``(end of its first d segments, run length)``.
-    """
-    n = len(equal)
-    base = ((head, n),) if n else ()
-    levels: list[tuple[tuple[int, int], ...]] = [base] * n
-    extra: dict[int, list[tuple[int, int]]] = {}
-    depth = 1
-    deepest = max(equal, default=0)
-    while depth <= deepest:
-        i = 0
-        while i < n:
-            j = i + 1
-            while j < n and equal[j] >= depth:
-                j += 1
-            if j - i >= 2:
-                for m in range(i, j):
-                    end = head + sum(len(s) for s in parts[m][:depth])
-                    extra.setdefault(m, []).append((end, j - i))
-            i = j
-        depth += 1
-    for m, found in extra.items():
-        levels[m] = base + tuple(found)
-    return levels
 
 
 def _key_of(rq: RelQuery, ordering: Ordering, start: int, stop: int) -> tuple[tuple[str, str], ...]:

@@ -288,7 +288,32 @@ def _render_pandas_series(col: Any) -> tuple[str, ...]:
         return tuple(col.astype(str).tolist())
     if kind == "M" and getattr(col.dtype, "tz", None) is None:
         return _render_naive_datetimes(col.to_numpy(dtype="datetime64[us]"))
+    if type(col.dtype).__name__ == "StringDtype" and getattr(col.dtype, "storage", "") == "pyarrow":
+        import pyarrow as pa  # type: ignore[import-untyped]
+
+        return _render_arrow_strings(pa.array(col.array))
     return render_column(col.tolist())
+
+
+_BREAK_CHARS = "[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"
+"""A line break of any kind (:data:`_BREAK`, as a character class for Arrow's regex engine)."""
+
+
+def _render_arrow_strings(values: Any) -> tuple[str, ...]:
+    """:func:`render_column` of an Arrow string array, vectorised.
+
+    Missing values become :data:`MISSING`; only values holding a line break
+    are fenced in Python. Strings are otherwise rendered as they are.
+    """
+    import numpy as np
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    broken = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
+    out = pc.fill_null(values, MISSING).to_pylist() if values.null_count else values.to_pylist()
+    if pc.any(broken).as_py():
+        for i in np.flatnonzero(broken.to_numpy(zero_copy_only=False)).tolist():
+            out[i] = fence(out[i])
+    return tuple(out)
 
 
 def _render_naive_datetimes(values: Any) -> tuple[str, ...]:
@@ -308,5 +333,11 @@ def _render_naive_datetimes(values: Any) -> tuple[str, ...]:
 def from_polars(frame: Any, columns: Sequence[str] | None) -> Table:
     """The rendered text of ``columns`` of a Polars frame (all when ``None``)."""
     names = list(frame.columns) if columns is None else list(columns)
-    cells = {name: render_column(frame.get_column(name).to_list()) for name in names}
+    cells = {name: _render_polars_series(frame.get_column(name)) for name in names}
     return Table(tuple(names), cells, frame.height)
+
+
+def _render_polars_series(col: Any) -> tuple[str, ...]:
+    if str(col.dtype) == "String" and "pyarrow" in sys.modules:
+        return _render_arrow_strings(col.to_arrow())
+    return render_column(col.to_list())

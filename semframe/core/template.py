@@ -6,10 +6,21 @@ whose values are sent. Nothing outside the named columns reaches the model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
+from semframe.core.table import MISSING
 from semframe.errors import ColumnError, TemplateError, did_you_mean
+
+INLINE_CHARS = 80
+"""Values up to this length stand inline where a restated question names them."""
+
+_DETERMINERS = frozenset(
+    {"the", "a", "an", "this", "that", "these", "those", "each", "every"}
+    | {"its", "their", "his", "her", "my", "your", "our"}
+)
 
 _BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines splits on
 
@@ -52,17 +63,90 @@ class Template:
 
         The values themselves follow the instructions as labeled fields
         (``name: value``), so the instruction refers to them by name. With
-        ``brackets=False`` the name stands bare: a small model copies a
-        bracketed placeholder into its answer, and decides worse with one.
+        ``brackets=False`` the name is put in words (:func:`in_words`): a
+        small model copies a bracketed placeholder into its answer, and
+        decides worse with one.
 
         Examples
         --------
-        >>> parse_template("Is {review} positive?").instruction(brackets=False)
-        'Is review positive?'
+        >>> parse_template("Is {review} positive?").instruction()
+        'Is [review] positive?'
+        >>> parse_template("Summarize the review {review_text} of {movie}.").instruction(
+        ...     brackets=False)
+        'Summarize the review text of the movie.'
         """
-        if not brackets:
-            return "".join(p if isinstance(p, str) else p.name for p in self.parts)
-        return "".join(p if isinstance(p, str) else f"[{p.name}]" for p in self.parts)
+        if brackets:
+            return "".join(p if isinstance(p, str) else f"[{p.name}]" for p in self.parts)
+        text = ""
+        for before, name in self._pieces():
+            text += before
+            if name is not None:
+                words = in_words(name, before)
+                text = text + words if words else text.rstrip(" ")
+        return text
+
+    def restated(self, cells: Mapping[str, str], *, inline: int = INLINE_CHARS) -> str:
+        """The question asked again after one row's fields: short values inline.
+
+        A value of 1 to ``inline`` characters on one line stands where its
+        placeholder is; another is named in words as the field above. Small
+        models answer what they read last, and answer about a title or a name
+        they read in the question rather than repeat the field's name.
+
+        Examples
+        --------
+        >>> t = parse_template("Summarize the review {review_text} of {movie}.")
+        >>> t.restated({"review_text": "A long review. " * 10, "movie": "Alien"})
+        'Summarize the review text above of Alien.'
+        """
+        columns = {name: (value,) for name, value in cells.items()}
+        return self.restated_rows(columns, [0], inline=inline)[0]
+
+    def restated_rows(
+        self,
+        columns: Mapping[str, Sequence[str]],
+        rows: Sequence[int],
+        *,
+        inline: int = INLINE_CHARS,
+    ) -> list[str]:
+        """:meth:`restated` for each of ``rows`` of ``columns`` (rendered cells, by field).
+
+        Each distinct value is looked at once; the wording around the values
+        does not depend on them.
+
+        Examples
+        --------
+        >>> t = parse_template("Is the movie {movie} good?")
+        >>> t.restated_rows({"movie": ("Alien", "x" * 100, "")}, [2, 0, 1])
+        ['Is the movie above good?', 'Is the movie Alien good?', 'Is the movie above good?']
+        """
+        texts: list[Sequence[str]] = []
+        for before, name in self._pieces():
+            texts.append(repeat(before, len(rows)))  # type: ignore[arg-type]
+            if name is None:
+                continue
+            words = in_words(name, before)
+            named = f"{words} above" if words else "above"
+            column = columns[name]
+            spoken: dict[str, str] = {}
+            for value in {column[r] for r in rows}:
+                short = 0 < len(value) <= inline and value.isprintable() and value != MISSING
+                spoken[value] = value if short else named
+            texts.append([spoken[column[r]] for r in rows])
+        return list(map("".join, zip(*texts, strict=True)))
+
+    def _pieces(self) -> list[tuple[str, str | None]]:
+        """The template as (literal text, the placeholder after it or ``None``) pairs."""
+        pieces: list[tuple[str, str | None]] = []
+        text = ""
+        for part in self.parts:
+            if isinstance(part, str):
+                text += part
+            else:
+                pieces.append((text, part.name))
+                text = ""
+        pieces.append((text, None))
+        return pieces
 
     def resolve(self, columns: Sequence[object]) -> Template:
         """Check every placeholder against ``columns``; return the template unchanged.
@@ -102,6 +186,31 @@ class Template:
 
 SHOWN_COLUMNS = 50
 """At most this many column names are listed when a template names an unknown one."""
+
+
+def in_words(name: str, before: str = "") -> str:
+    """A field's name as the words a sentence would use, after the text ``before``.
+
+    Underscores and dashes become spaces and the name takes ``the``, unless
+    the text before (the template's own, since the previous placeholder)
+    already ends with a determiner (``the``, ``each``...), or with the name's
+    first word (``the review {review_text}`` reads ``the review text``).
+
+    Examples
+    --------
+    >>> in_words("review_content"), in_words("movie", "Is the "), in_words("text", "Is the ")
+    ('the review content', 'movie', 'text')
+    >>> in_words("review_text", "Summarize the review "), in_words("movie", "the movie ")
+    ('text', '')
+    """
+    words = re.sub(r"[_\-\s]+", " ", name).strip() or name
+    previous = before.rstrip().rsplit(None, 1)[-1].casefold() if before.strip() else ""
+    first, _, rest = words.partition(" ")
+    if before[-1:].isspace() and previous == first.casefold():
+        return rest
+    if previous in _DETERMINERS and before[-1:].isspace():
+        return words
+    return f"the {words}"
 
 
 def _available(names: Sequence[str]) -> str:

@@ -282,11 +282,16 @@ class Tokenizer:
         Whether the counts are the provider's own.
     note : str or None
         What to tell the user about the counts.
+    bytes_bound : bool
+        Whether no text has more tokens than UTF-8 bytes (byte-level BPE that
+        adds no special tokens), so that a byte count bounds a token count
+        without tokenizing.
     """
 
     encode: Encoder
     exact: bool = True
     note: str | None = None
+    bytes_bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -609,11 +614,11 @@ class _ApiCost:
 
     def tokenizer(self) -> Tokenizer:
         choice = encoding_name_for_model(self.model)
-        return Tokenizer(_tiktoken_encoder(self.model), choice.exact, choice.note)
+        return Tokenizer(_tiktoken_encoder(self.model), choice.exact, choice.note, bytes_bound=True)
 
     def framing_tokens(self, system: str | None, pieces: Pieces) -> int:
         sys_h, user_h, reply = self._chat_framing()
-        extra = len(sys_h) + len(pieces.tokens(system)) if system else 0
+        extra = len(sys_h) + pieces.count(system) if system else 0
         return len(user_h) + len(reply) + extra
 
     def cacheable(self, longest_prompt_tokens: int) -> bool:
@@ -1344,7 +1349,7 @@ class SlotCost(_EngineCost):
             for a, b in zip(prev, parts, strict=False):
                 if a != b:
                     break
-                cached += len(pieces.tokens(a))
+                cached += pieces.count(a)
             last[slots[i]] = parts
         cal = self.calibration(shape)
         wall = None if cal is None else cal.wall(total - cached, shape.out_mean * n, n)

@@ -9,9 +9,12 @@ shared instructions, each labeled field), tokenized once per distinct piece;
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from semframe.core.plan import Plan
 from semframe.core.table import MISSING
@@ -31,41 +34,59 @@ Encoder = Callable[[Sequence[str]], list[list[int]]]
 """Texts to token ids (pseudo-ids where only counts are known)."""
 
 
+_FILL_CHUNK = 4096
+"""Texts tokenized per call to the encoder: the token-id lists of one chunk at a time are alive."""
+
+
+def _compact(ids: list[int]) -> array[int]:
+    """``ids`` as an array of 4-byte ints (8-byte ints when one does not fit)."""
+    try:
+        return array("i", ids)
+    except OverflowError:
+        return array("q", ids)
+
+
 class Pieces:
     """Prompts as pieces (instructions, labeled fields), each distinct piece tokenized once.
 
     Token counts per request come from per-column counts of distinct values, so
     they cost one lookup per field; the pieces themselves are built only for
-    the requests a cache simulation looks at.
+    the requests a cache simulation looks at. Token ids are kept as compact
+    arrays (a list of Python ints takes several times the memory) and handed
+    out as lists.
     """
 
     def __init__(
         self,
         plan: Plan,
         encode: Encoder,
-        cache: dict[str, list[int]] | None = None,
+        cache: dict[str, array[int]] | None = None,
     ) -> None:
         self.plan = plan
         self.encode = encode
-        self.cache: dict[str, list[int]] = {} if cache is None else cache
+        self.cache: dict[str, array[int]] = {} if cache is None else cache
         rq = plan.relquery
         self.head = plan.instructions + "\n\n"
         self.cells = rq.table.cells
         n = len(plan.requests)
         sample = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
         self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in sample)
+        segments: dict[str, tuple[list[str], list[str]]] = {}
         if self.layout:
-            texts = {self.head}
+            texts = [self.head]
             for f in rq.fields:
-                texts.update(f"{f}: {v}\n" for v in set(self.cells[f]))
+                values = list(dict.fromkeys(self.cells[f]))
+                segments[f] = values, [f"{f}: {v}\n" for v in values]
+                texts += segments[f][1]
         else:  # not the planner's layout: whole prompts are the pieces
-            texts = {r.prompt for r in plan.requests}
+            texts = [r.prompt for r in plan.requests]
         if rq.system:
-            texts.add(rq.system)
+            texts.append(rq.system)
         self._fill(texts)
+        cache = self.cache
         self.col_counts: dict[str, dict[str, int]] = {
-            f: {v: len(self.cache[f"{f}: {v}\n"]) for v in set(self.cells[f])}
-            for f in (rq.fields if self.layout else ())
+            f: dict(zip(values, (len(cache[t]) for t in texts), strict=True))
+            for f, (values, texts) in segments.items()
         }
 
     def _parts(self, i: int) -> list[str]:
@@ -77,17 +98,30 @@ class Pieces:
         """The pieces of request ``i``'s prompt."""
         return self._parts(i) if self.layout else [self.plan.requests[i].prompt]
 
-    def _fill(self, texts: set[str]) -> None:
-        new = sorted(t for t in texts if t not in self.cache)
-        for text, toks in zip(new, self.encode(new), strict=True):
-            self.cache[text] = toks
+    def _fill(self, texts: Sequence[str]) -> None:
+        """Tokenize the ``texts`` not yet known, a chunk at a time, in sorted order."""
+        cache = self.cache
+        new = sorted({t for t in texts if t not in cache})
+        for lo in range(0, len(new), _FILL_CHUNK):
+            chunk = new[lo : lo + _FILL_CHUNK]
+            for text, toks in zip(chunk, self.encode(chunk), strict=True):
+                cache[text] = _compact(toks)
 
     def tokens(self, text: str) -> list[int]:
+        """The token ids of ``text`` (tokenized on first use)."""
         found = self.cache.get(text)
         if found is None:
-            self._fill({text})
+            self._fill([text])
             found = self.cache[text]
-        return found
+        return found.tolist()
+
+    def count(self, text: str) -> int:
+        """The number of tokens of ``text`` (tokenized on first use)."""
+        found = self.cache.get(text)
+        if found is None:
+            self._fill([text])
+            found = self.cache[text]
+        return len(found)
 
     def span(self, i: int, start: int, end: int) -> list[int]:
         """Tokens of ``prompt[start:end]`` of request ``i`` (piece boundaries assumed)."""
@@ -107,9 +141,15 @@ class Pieces:
         plan = self.plan
         if not self.layout:
             return [len(self.cache[r.prompt]) for r in plan.requests]
-        head = len(self.cache[self.head])
-        cols = [(self.col_counts[f], self.cells[f]) for f in plan.relquery.fields]
-        return [head + sum(c[v[r.row]] for c, v in cols) for r in plan.requests]
+        n = len(plan.requests)
+        rows = np.fromiter((r.row for r in plan.requests), np.intp, n)
+        total = np.full(n, len(self.cache[self.head]), dtype=np.int64)
+        for f in plan.relquery.fields:
+            cells = self.cells[f]
+            per_row = np.fromiter(map(self.col_counts[f].__getitem__, cells), np.int64, len(cells))
+            total += per_row[rows]
+        counts: list[int] = total.tolist()
+        return counts
 
 
 @dataclass
@@ -142,34 +182,39 @@ def simulate_async(  # noqa: PLR0917
     the order they arrive, so two FIFO queues replace an event heap. Returns
     the time the last request completes.
     """
-    groups = [_G(a, b, a) for a, b in groups_of]
+    starts = [a for a, _ in groups_of]
+    stops = [b for _, b in groups_of]
+    nxt = list(starts)  # each group's next request to send
     group_of = [0] * n
-    for gi, g in enumerate(groups):
-        group_of[g.start : g.stop] = [gi] * (g.stop - g.start)
-    unstarted: deque[int] = deque(range(len(groups)))
+    for gi, (a, b) in enumerate(groups_of):
+        if b - a == 1:
+            group_of[a] = gi
+        else:
+            group_of[a:b] = [gi] * (b - a)
+    unstarted: deque[int] = deque(range(len(starts)))
     open_: deque[int] = deque()
     arrivals: deque[tuple[float, int]] = deque()
     completions: deque[tuple[float, int]] = deque()
     client_free = 0.0
     idle = workers
     end = 0.0
-    warming = warm and len(groups) > 1  # until the first request is answered
+    warming = warm and len(starts) > 1  # until the first request is answered
 
     def fill(now: float) -> None:
         nonlocal idle, client_free
-        while idle > 0 and not (warming and groups[0].next > groups[0].start):
-            while open_ and groups[open_[0]].next >= groups[open_[0]].stop:
+        while idle > 0 and not (warming and nxt[0] > starts[0]):
+            while open_ and nxt[open_[0]] >= stops[open_[0]]:
                 open_.popleft()
             if open_:
-                g = groups[open_[0]]
+                gi = open_[0]
             elif unstarted:
-                g = groups[unstarted.popleft()]
+                gi = unstarted.popleft()
             else:
                 return
-            g.next += 1
+            nxt[gi] += 1
             idle -= 1
             client_free = max(client_free, now) + send_s
-            arrivals.append((client_free, g.next - 1))
+            arrivals.append((client_free, nxt[gi] - 1))
 
     fill(0.0)
     while arrivals or completions:
@@ -184,13 +229,11 @@ def simulate_async(  # noqa: PLR0917
             on_complete(r, t)
         end = t
         idle += 1
-        g = groups[group_of[r]]
         if r == 0:
             warming = False
-        if r == g.start:
-            g.leader_done = True
-            if g.next < g.stop:
-                open_.append(group_of[r])
+        gi = group_of[r]
+        if r == starts[gi] and nxt[gi] < stops[gi]:
+            open_.append(gi)
         fill(t)
     return end
 

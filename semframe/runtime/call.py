@@ -100,15 +100,23 @@ def cache_objective(settings: Mapping[str, Any], relquery: RelQuery) -> Objectiv
     return _objective(model, granularity, relquery)
 
 
-def _objective(model: CostModel, granularity: reorder.Granularity, rq: RelQuery) -> Objective:
+def _objective(
+    model: CostModel, granularity: reorder.Granularity, rq: RelQuery
+) -> Objective | None:
     """Token counts of every distinct segment, in one call to the backend's tokenizer.
 
     The segments are counted on first use: GGR asks only when its two solves
-    order the rows differently.
+    order the rows differently. ``None`` where no prompt can reach the cache's
+    minimum (its UTF-8 bytes bound its tokens, for a tokenizer that says so):
+    the cache then serves neither solve anything and segment units decide, as
+    without an objective, with nothing tokenized.
     """
-    encode = model.tokenizer().encode
+    tokenizer = model.tokenizer()
+    encode = tokenizer.encode
     head_texts = [rq.instructions + "\n\n", rq.system or ""]
     head = sum(len(t) for t in encode(head_texts))
+    if tokenizer.bytes_bound and head + _longest_bytes(rq) < granularity.minimum:
+        return None
 
     @functools.cache
     def tokens() -> dict[str, int]:
@@ -121,6 +129,22 @@ def _objective(model: CostModel, granularity: reorder.Granularity, rq: RelQuery)
         return found if found is not None else len(encode([text])[0])
 
     return Objective(granularity, count, head=head)
+
+
+def _longest_bytes(rq: RelQuery) -> int:
+    """UTF-8 bytes of the longest labeled segment of each field, summed over the fields.
+
+    No prompt's segments hold more (a bound, not a row's own sum).
+    """
+    total = 0
+    for f in rq.fields:
+        values = dict.fromkeys(rq.table.cells[f])
+        longest = max(
+            (len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass")) for v in values),
+            default=0,
+        )
+        total += len(f"{f}: \n".encode("utf-8", "surrogatepass")) + longest
+    return total
 
 
 @dataclass(frozen=True)
@@ -219,7 +243,12 @@ def check_context(call: Call, backend: Backend) -> None:
     plan = call.plan
     budget = window - plan.relquery.max_tokens - _CHAT_OVERHEAD_TOKENS
     system_bytes = len((plan.relquery.system or "").encode())
-    suspects = [r for r in plan.requests if len(r.prompt.encode()) + system_bytes > budget]
+    room = budget - system_bytes
+    suspects = [  # an ASCII prompt's length is its byte length (no encoding needed)
+        r
+        for r in plan.requests
+        if (len(r.prompt) if r.prompt.isascii() else len(r.prompt.encode())) > room
+    ]
     if not suspects:
         return
     counts = backend.count_tokens([r.prompt + (r.system or "") for r in suspects])

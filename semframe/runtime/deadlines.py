@@ -165,19 +165,17 @@ class InFlight:
 
     def start(self, key: int, now: float | None = None) -> None:
         """Request ``key`` was sent."""
-        with self._lock:
-            self._since[key] = time.monotonic() if now is None else now
+        # One dict operation is atomic: start and stop need no lock (once per request).
+        self._since[key] = time.monotonic() if now is None else now
 
     def stop(self, key: int) -> None:
         """Request ``key`` has its answer (or its error)."""
-        with self._lock:
-            self._since.pop(key, None)
+        self._since.pop(key, None)
 
     def waiting(self, now: float | None = None) -> tuple[int, float]:
         """How many requests wait for an answer, and how long the longest has waited."""
         with self._lock:
-            if not self._since:
-                return 0, 0.0
-            first = min(self._since.values())
-            count = len(self._since)
-        return count, (time.monotonic() if now is None else now) - first
+            since = list(self._since.values())  # one copy, atomic
+        if not since:
+            return 0, 0.0
+        return len(since), (time.monotonic() if now is None else now) - min(since)

@@ -46,6 +46,7 @@ from semframe.errors import (
     RunInterrupted,
     SemframeError,
     TransientError,
+    plural,
 )
 from semframe.runtime.deadlines import Deadlines, InFlight
 from semframe.runtime.dispatch import backoff, run_async, run_threads
@@ -227,7 +228,7 @@ def attempts(
     raw: str | None = None
     while True:
         if tries and may_retry is not None and not may_retry():
-            why = f"not sent again after {tries} attempt(s): the budget was reached"
+            why = f"not sent again after {plural(tries, 'attempt')}: the budget was reached"
             return Outcome(None, raw, "budget", why, tries)
         tries += 1
         result = yield SEND
@@ -445,25 +446,44 @@ def execute(
         )
 
     def run_one(request: Request, slot: int | None) -> Outcome:
-        steps = start_attempts(request)
-        command = next(steps)
-        while True:
-            result: Any = None
-            if command is SEND:
-                in_flight.start(request.id)
-                try:
-                    result = backend.complete(request, slot=slot)
-                except (TransientError, RequestRejected) as exc:
-                    result = exc
-                finally:
-                    in_flight.stop(request.id)
+        first = send_once(request, slot)
+        if not isinstance(first, TransientError | RequestRejected):
+            # The usual case, without the generator: answered at once, and it parses.
+            try:
+                value, note = accept(parse, first.text, first.finish_reason, request.max_tokens)
+            except ParseError:
+                pass  # asked again by the attempts below
             else:
-                sleep(command)
+                with lock:
+                    totals.add(first.usage)
+                if keep is not None and note is None:
+                    keep(request, first)
+                return Outcome(value, first.text, None, note, 1, first.tokens)
+        steps = start_attempts(request)
+        command = next(steps)  # the first attempt, sent above
+        result: Any = first
+        while True:
             try:
                 command = steps.send(result)
             except StopIteration as stop:
                 outcome: Outcome = stop.value
                 return outcome
+            if command is SEND:
+                result = send_once(request, slot)
+            else:
+                sleep(command)
+                result = None
+
+    def send_once(
+        request: Request, slot: int | None
+    ) -> Completion | TransientError | RequestRejected:
+        in_flight.start(request.id)
+        try:
+            return backend.complete(request, slot=slot)
+        except (TransientError, RequestRejected) as exc:
+            return exc
+        finally:
+            in_flight.stop(request.id)
 
     def record(pos: int, outcome: Outcome) -> None:
         outcomes[pos] = outcome
@@ -579,7 +599,7 @@ def interrupted_message(answered: int, rows: int, *, stored: bool, in_flight: in
     'interrupted: 3 of 10 rows had been answered; their answers are kept in the
     result cache, so running the same call again sends only the other 7.'
     >>> print(interrupted_message(3, 10, stored=True, in_flight=4).split("7. ")[1])
-    4 request(s) were on their way and were dropped: the provider may bill them.
+    4 requests in flight were dropped: the provider may bill them.
     """
     head = f"interrupted: {answered} of {rows} rows had been answered; "
     if stored:
@@ -594,8 +614,8 @@ def interrupted_message(answered: int, rows: int, *, stored: bool, in_flight: in
         )
     if in_flight:
         text += (
-            f" {in_flight} request(s) were on their way and were dropped: the provider may "
-            "bill them."
+            f" {plural(in_flight, 'request')} in flight {'was' if in_flight == 1 else 'were'} "
+            "dropped: the provider may bill them."
         )
     return text
 
@@ -651,7 +671,7 @@ def _async_driver(
             if deadlines is not None and waited >= deadlines.row_limit(request):
                 steps.close()
                 why = (
-                    f"no answer within the row's deadline: its {tries} attempt(s) waited "
+                    f"no answer within the row's deadline: its {plural(tries, 'attempt')} waited "
                     f"{waited:.0f} s, and a row may wait {deadlines.row_limit(request):.0f} s "
                     f"({_row_rule(deadlines)})" + (f"; last: {last}" if last else "")
                 )
