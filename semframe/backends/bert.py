@@ -93,19 +93,20 @@ def gelu(x: NDArray[np.float32]) -> NDArray[np.float32]:
 
     Examples
     --------
-    >>> x = np.array([-11.0, -1.0, 0.0, 1.0, 3.0, 12.0], dtype=np.float32)
+    >>> x = np.array([-11.0, -1.0, 0.0, 1.0, 3.0, 9.9999, 10.0, 12.0], dtype=np.float32)
     >>> [round(float(v), 4) for v in gelu(x)]
-    [0.0, -0.1587, 0.0, 0.8413, 2.996, 12.0]
+    [0.0, -0.1587, 0.0, 0.8413, 2.996, 9.9999, 10.0, 12.0]
     """
     values, slopes = _gelu_table()
     pos = x - np.float32(_GELU_LO)
     pos *= np.float32(_GELU_STEPS / (_GELU_HI - _GELU_LO))
-    np.clip(pos, 0.0, np.float32(_GELU_STEPS - 1), out=pos)
-    at = pos.astype(np.int32)
+    np.clip(pos, 0.0, np.float32(_GELU_STEPS), out=pos)
+    # The last step's own slope carries x up to the grid's end (a fraction of 1 there).
+    at = np.minimum(pos.astype(np.int32), _GELU_STEPS - 1)
     pos -= at
     pos *= slopes[at]
     pos += values[at]
-    np.copyto(pos, x, where=x > np.float32(_GELU_HI))
+    np.copyto(pos, x, where=x >= np.float32(_GELU_HI))
     x[...] = pos
     return x
 
