@@ -45,6 +45,7 @@ from typing import Any
 
 from semframe.core.frames import Frame, is_lazy, schema_only
 from semframe.core.wire import Outcome
+from semframe.errors import plural
 from semframe.runtime.call import Call, Runner
 from semframe.runtime.stats import OpStats
 
@@ -79,7 +80,7 @@ class ProbeRunner(Runner):
         """No outcomes: the probe's relQueries have no rows."""
         if call.labels:
             msg = (
-                f"{self.op} asked for {len(call.labels)} row(s) while typing a LazyFrame "
+                f"{self.op} asked for {plural(len(call.labels), 'row')} while typing a LazyFrame "
                 "result on an empty frame; such an operator cannot be deferred (give it "
                 "lazy = False)."
             )

@@ -57,6 +57,7 @@ from semframe.errors import (
     MissingDependencyError,
     RunAborted,
     SemframeError,
+    plural,
 )
 from semframe.runtime.execute import (
     StopWhen,
@@ -467,8 +468,8 @@ def _pool_for(ray: Any, settings: ResolvedConfig, backend: Backend) -> _Pool:
                     _kill(ray, actors)
                     _pool = None
                     msg = (
-                        f"{n} replica(s) could not start within {START_TIMEOUT_S:g} s (the Ray "
-                        "cluster may lack free resources for them); nothing was sent."
+                        f"{plural(n, 'replica')} could not start within {START_TIMEOUT_S:g} s "
+                        "(the Ray cluster may lack free resources for them); nothing was sent."
                     )
                     raise ConfigError(msg) from None
                 except ray.exceptions.RayActorError as exc:
