@@ -18,17 +18,28 @@ the cached share the engine reported, and writes them to
 ``benchmarks/results/answers.json``. Always answering yes scores the share
 of positive rows (0.49 here).
 
+With ``--map`` it runs three ``map`` templates over 30 of the held-out rows
+(every seventh), once with the local backend's ``restate`` declaration
+switched off (the instructions' ``[placeholders]``, no question after the
+fields) and once as shipped, and counts answers that repeat a placeholder
+(``[`` or a column name), answers that loop, and answers cut at
+``max_tokens``, beside time, prompt tokens and cached share
+(``benchmarks/results/answers_map.json``).
+
 Usage::
 
     python benchmarks/answers.py            # the 159 held-out rows
     python benchmarks/answers.py --rows 40  # a quick look
+    python benchmarks/answers.py --map      # map prompts, restated or not
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -36,10 +47,19 @@ from typing import Any
 import pandas as pd
 
 import semframe
+from semframe.backends import get_backend
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "movies_sentiment_labeled_318.csv"
 OUT = HERE / "results" / "answers.json"
+OUT_MAP = HERE / "results" / "answers_map.json"
+MAPS = (
+    "Give the sentiment of {review_content} in one word.",
+    "Summarize {review_content} in one sentence.",
+    "What does the review {review_content} say about the movie {movie_title}?",
+)
+ECHO = re.compile(r"\[|review_content|movie_title")
+LOOP = re.compile(r"(\b\w+\b:? )\1{2,}|(\b\w+\b)(, \2){2,}")
 
 FILTERS = {
     "question then field": "Is this review positive about the movie? {review_content}",
@@ -105,13 +125,64 @@ def run(
     return results
 
 
+def run_maps(held: pd.DataFrame) -> list[dict[str, Any]]:
+    """The ``map`` templates on 30 rows, restate off then on (the local backend's declaration)."""
+    rows = held.iloc[::7].head(30)
+    backend = get_backend("local", model=None, settings=semframe.config())
+    shipped = backend.capabilities
+    results = []
+    try:
+        for restate in (False, True):
+            backend.capabilities = dataclasses.replace(shipped, restate=restate)
+            for template in MAPS:
+                started = time.perf_counter()
+                out = rows.llm.map(
+                    template, max_tokens=48, errors="keep", truncated="keep", cache=False
+                )
+                wall = time.perf_counter() - started
+                stats = semframe.last_run()
+                answers = [str(a) for a in out["llm_output"]]
+                row = {
+                    "template": template,
+                    "restate": restate,
+                    "rows": len(rows),
+                    "placeholder_repeated": sum(bool(ECHO.search(a)) for a in answers),
+                    "looping": sum(bool(LOOP.search(a)) for a in answers),
+                    "cut": int(out["llm_output_truncated"].sum()),
+                    "wall_s": round(wall, 2),
+                    "prompt_tokens": stats.prompt_tokens if stats else 0,
+                    "cached_share": round(stats.cached_tokens / stats.prompt_tokens, 4)
+                    if stats and stats.prompt_tokens
+                    else 0.0,
+                    "answers": answers,
+                }
+                results.append(row)
+                print(
+                    f"restate {'on ' if restate else 'off'} {template[:44]:44s} "
+                    f"placeholder {row['placeholder_repeated']:2d}  loops {row['looping']:2d}  "
+                    f"cut {row['cut']:2d}  {wall:5.1f} s  prompt {row['prompt_tokens']:,} tok  "
+                    f"cached {row['cached_share']:.1%}",
+                    flush=True,
+                )
+    finally:
+        backend.capabilities = shipped
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=None, help="held-out rows (default: all)")
+    parser.add_argument("--map", action="store_true", help="map prompts, restated or not")
     args = parser.parse_args()
     data = pd.read_csv(DATA)
     data["review_content"] = data["review_content"].fillna("")
     calibration, held = data.iloc[::2], data.iloc[1::2]
+    if args.map:
+        results = run_maps(held)
+        OUT_MAP.parent.mkdir(exist_ok=True)
+        OUT_MAP.write_text(json.dumps({"machine": platform.platform(), "results": results}))
+        print(f"wrote {OUT_MAP.relative_to(HERE.parent)}")
+        return
     if args.rows:
         held = held.head(args.rows)
     print(f"{len(held)} held-out rows, {(held.label == 'positive').mean():.1%} positive")

@@ -60,6 +60,7 @@ class LLMAccessor:
         template: str,
         *,
         out: str = "llm_output",
+        language: str | None = None,
         max_tokens: int | None = None,
         system: str | None = None,
         examples: Sequence[Mapping[str, object]] | None = None,
@@ -77,6 +78,10 @@ class LLMAccessor:
             Only the named columns are sent.
         out : str
             Name of the new column (must not exist yet).
+        language : str, optional
+            The language every answer is asked in (``"English"``): the
+            question ends with ``Answer in English.`` A model may otherwise
+            answer in the language of a row's text.
         max_tokens : int, optional
             Output limit per row (default 256).
         system : str, optional
@@ -126,6 +131,7 @@ class LLMAccessor:
             self._frame,
             template,
             out=out,
+            language=language,
             max_tokens=max_tokens,
             system=system,
             examples=examples,

@@ -183,10 +183,13 @@ def test_content_free_calibration_keeps_the_rows_above_the_lean(leaning: FakeBac
     assert dict(op.counts) == {"decided": 6, "changed": 3, "calibration_rows": 3}
     probes = [r for r in leaning.history if re.search(r"review: (N/A|\[MASK\])?\n", r.prompt)]
     assert len(probes) == 3
-    # The rows ask for logprobs; the question is asked again after the fields, bare.
+    # The rows ask for logprobs; the instructions name the field in words, and the
+    # question is asked again after the fields with the (short) value inline.
     rows = [r for r in leaning.history if r not in probes]
     assert len(rows) == 6 and all(r.logprobs >= 20 for r in rows)
-    assert all(r.prompt.endswith("\nIs review positive?\n") for r in rows)
+    assert all(r.prompt.startswith("Is the review positive?\n") for r in rows)
+    ends = sorted(r.prompt.splitlines()[-1] for r in rows)
+    assert ends == sorted(f"Is {review} positive?" for review in REVIEWS)
     assert "[review]" not in rows[0].prompt
 
 
@@ -268,3 +271,52 @@ def test_content_free_needs_logprobs() -> None:
             "Is {review} positive?", calibrate="content_free", backend="fake", model="no-logprobs"
         )
     assert isinstance(fake, FakeBackend) and fake.history == []
+
+
+def test_plan_and_estimate_show_the_calibrated_call(leaning: FakeBackend) -> None:
+    df = pd.DataFrame({"review": REVIEWS})
+    plan = df.llm.plan("Is {review} positive?", op="filter", calibrate="content_free", **RUN)
+    # What the run sends: logprobs asked for, the question restated after the fields.
+    assert all(r.logprobs >= 20 for r in plan.requests)
+    assert all(r.prompt.splitlines()[-1].startswith("Is ") for r in plan.requests)
+    est = df.llm.estimate("Is {review} positive?", op="filter", calibrate="content_free", **RUN)
+    plain = df.llm.estimate("Is {review} positive?", op="filter", calibrate=None, **RUN)
+    # The three content-free requests are counted, and said; the rows stay the rows.
+    assert est.rows == plain.rows == 6
+    assert est.planned.requests == plain.planned.requests + 3 == 9
+    assert est.planned.input_tokens > plain.planned.input_tokens
+    assert any("3 calibration requests (content-free inputs)" in n for n in est.notes)
+    assert leaning.history == []  # nothing sent
+    df.llm.filter("Is {review} positive?", calibrate="content_free", **RUN)
+    assert len(leaning.history) == est.planned.requests
+
+
+def test_backends_declaring_restate_ask_again_after_the_fields(leaning: FakeBackend) -> None:
+    leaning.capabilities = dataclasses.replace(leaning.capabilities, restate=True)
+    try:
+        df = pd.DataFrame({"review_text": ["a great film", "x" * 100], "movie": ["Alien"] * 2})
+        df.llm.map("Summarize the review {review_text} of {movie}.", **RUN)
+    finally:
+        leaning.capabilities = dataclasses.replace(leaning.capabilities, restate=False)
+    prompts = sorted(r.prompt for r in leaning.history)
+    assert all(p.startswith("Summarize the review text of the movie.\n") for p in prompts)
+    assert "[" not in "".join(prompts)
+    ends = sorted(p.splitlines()[-1] for p in prompts)
+    assert ends == [
+        "Summarize the review a great film of Alien.",
+        "Summarize the review text above of Alien.",
+    ]
+    # Text answers: no logprobs asked for.
+    assert all(r.logprobs == 0 for r in leaning.history)
+
+
+def test_language_pins_the_answers_language(leaning: FakeBackend) -> None:
+    df = pd.DataFrame({"review": REVIEWS[:2]})
+    df.llm.map("Summarize {review}.", language="English", **RUN)
+    assert all(
+        r.prompt.startswith("Summarize [review]. Answer in English.\n") for r in leaning.history
+    )
+    for bad in ("", "English\nIgnore that", "{review}", 3, "x" * 41):
+        with pytest.raises(InputError, match=r"language=.* is not valid"):
+            df.llm.map("Summarize {review}.", language=bad, **RUN)
+    assert len(leaning.history) == 2

@@ -39,7 +39,9 @@ BIN = "Scripts" if os.name == "nt" else "bin"
 MAP = """
 import pandas as pd, semframe
 df = pd.DataFrame({"fruit": ["apple", "banana", "cherry"]}, index=[10, 20, 30])
-out = df.llm.map("Name the color of {fruit} in one word.", out="color", max_tokens=8)
+out = df.llm.map(
+    "Name the color of {fruit} in one word.", out="color", max_tokens=16, truncated="keep"
+)
 stats = semframe.last_run()
 assert list(out.index) == [10, 20, 30] and list(out.fruit) == ["apple", "banana", "cherry"]
 assert all(isinstance(v, str) and v.strip() for v in out.color), out

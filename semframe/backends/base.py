@@ -70,6 +70,11 @@ class Capabilities:
         by default (``calibrate="auto"``, see
         :mod:`semframe.operators.calibration`): engines running a small model
         whose answer text leans to one label. Needs ``logprobs``.
+    restate : bool
+        The model answers what it read last (a small model): the row-by-row
+        operators ask the question again after each row's fields, short values
+        inline, and name fields in words rather than ``[brackets]`` it would
+        copy (``RelQuery.restate``). The instructions stay first and shared.
     """
 
     prefix_cache: Literal["none", "per_slot", "shared"] = "none"
@@ -82,6 +87,7 @@ class Capabilities:
     batch_api: bool = False
     batch_limit: int = 0
     calibrate: bool = False
+    restate: bool = False
 
 
 @runtime_checkable

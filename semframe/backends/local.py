@@ -416,6 +416,7 @@ class LocalBackend:
             json_schema=True,
             logprobs=True,
             calibrate=True,
+            restate=True,
             max_concurrency=parallel,
             context_window=n_ctx,
         )

@@ -21,8 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from semframe.backends.base import Capabilities
 from semframe.config import ResolvedConfig, config
 from semframe.core.frames import Frame, NewColumn, Output
+from semframe.core.ordering import Ordering
 from semframe.core.parse import (
     BOOL,
     TEXT,
@@ -32,11 +34,11 @@ from semframe.core.parse import (
     label_spec,
     record_spec,
 )
-from semframe.core.plan import Plan
+from semframe.core.plan import Plan, RelQuery, make_plan
 from semframe.core.table import Table
 from semframe.core.wire import Outcome
 from semframe.cost.estimate import Estimate
-from semframe.errors import InputError, RowErrors
+from semframe.errors import ConfigError, InputError, MissingDependencyError, RowErrors, plural
 from semframe.operators import calibration
 from semframe.operators.common import (
     TOP_LOGPROBS,
@@ -117,13 +119,23 @@ class _Rowwise:
     required: tuple[str, ...] = ()
 
     def plan(self, compiled: RowwiseCall) -> Plan:
-        return compiled.call.plan
+        return as_sent(compiled)[0].plan
 
     def estimate(self, compiled: RowwiseCall, *, probe: int) -> Estimate:
-        return estimate_call(compiled.call.plan, compiled.settings, op=self.name, probe=probe)
+        call, mode = as_sent(compiled)
+        if mode is None:
+            return estimate_call(call.plan, compiled.settings, op=self.name, probe=probe)
+        check_logprobs(compiled.settings, f"{self.name}(calibrate=...)")
+        calibration_call, _ = _probe(call, mode)
+        k = len(calibration_call.labels)
+        plan = _calibrated_first(call.plan, calibration_call.relquery)
+        estimate = estimate_call(plan, compiled.settings, op=self.name, probe=probe)
+        what = "labeled rows" if isinstance(mode, tuple) else "content-free inputs"
+        note = f"includes {plural(k, 'calibration request')} ({what}) sent before the rows"
+        return dataclasses.replace(estimate, rows=estimate.rows - k, notes=(*estimate.notes, note))
 
     def run(self, compiled: RowwiseCall, runner: Runner) -> Output:
-        outcomes = runner.run(compiled.call)
+        outcomes = runner.run(as_sent(compiled)[0])
         runner.finish()
         return self.output(compiled, outcomes)
 
@@ -143,12 +155,18 @@ class Map(_Rowwise):
     name = "map"
 
     def compile(
-        self, frame: Frame, template: str, *, out: str = "llm_output", **kwargs: Any
+        self,
+        frame: Frame,
+        template: str,
+        *,
+        out: str = "llm_output",
+        language: object = None,
+        **kwargs: Any,
     ) -> RowwiseCall:
         args, cfg = _split(kwargs)
         call = compile_relquery(
             frame,
-            template,
+            pin_language(template, language),
             op="map",
             output=TEXT,
             settings=cfg,
@@ -352,6 +370,44 @@ class Classify(_Rowwise):
         return finish(call, outcomes, Output(columns=(*columns, *extra)), f"{out}_error")
 
 
+def pin_language(template: str, language: object) -> str:
+    """``template`` asking for answers in ``language`` (``None``: unchanged).
+
+    Raises
+    ------
+    InputError
+        For a ``language`` that is not the name of a language on one line.
+
+    Examples
+    --------
+    >>> pin_language("Summarize {review}.", "English")
+    'Summarize {review}. Answer in English.'
+    >>> pin_language("Summarize {review}.", "")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    semframe.errors.InputError: language='' is not valid: give the name of a language, ...
+    """
+    if language is None or not isinstance(template, str):
+        return template
+    if (
+        not isinstance(language, str)
+        or not language.strip()
+        or len(language) > LANGUAGE_CHARS
+        or not language.isprintable()
+        or any(c in language for c in "{}")
+    ):
+        msg = (
+            f"language={_short(language)} is not valid: give the name of a language, e.g. "
+            f'language="English" (one line of at most {LANGUAGE_CHARS} characters, no '
+            "braces), or None to leave the answers' language to the model."
+        )
+        raise InputError(msg)
+    return f"{template.rstrip()} Answer in {language.strip()}."
+
+
+LANGUAGE_CHARS = 40
+"""The longest ``language=`` accepted."""
+
 CALIBRATION_LOGPROBS = 20
 """Top alternatives per token asked for when answers are decided from probabilities."""
 
@@ -421,6 +477,53 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def as_sent(compiled: RowwiseCall) -> tuple[Call, str | tuple[Mapping[str, object], ...] | None]:
+    """The call as it is sent, and how ``filter`` and ``classify`` decide its answers.
+
+    ``calibrate="auto"`` becomes ``"content_free"`` where the backend declares
+    ``Capabilities.calibrate`` (and the run is not a batch), ``None``
+    elsewhere; a calibrated call asks for the top
+    :data:`CALIBRATION_LOGPROBS` alternatives of each answer token. Where the
+    backend declares ``Capabilities.restate``, or answers are calibrated, the
+    question is asked again after each row's fields (``RelQuery.restate``).
+    A backend that cannot be built here (an API without its key) declares
+    nothing: the run itself reports why it cannot be built.
+    """
+    call = compiled.call
+    declared = _capabilities(compiled.settings)
+    mode = compiled.calibrate
+    if mode == "auto":
+        wanted = declared is not None and declared.calibrate and not compiled.settings["batch"]
+        mode = "content_free" if wanted else None
+    if not compiled.choices or not call.labels:
+        mode = None
+    if mode is not None:
+        call = with_logprobs(call, max(CALIBRATION_LOGPROBS, call.relquery.logprobs))
+    if mode is not None or (declared is not None and declared.restate):
+        call = _restated(call)
+    return call, mode
+
+
+def _capabilities(settings: ResolvedConfig) -> Capabilities | None:
+    try:
+        return backend_of(settings).capabilities
+    except (ConfigError, MissingDependencyError):
+        return None
+
+
+def _calibrated_first(plan: Plan, calibration: RelQuery) -> Plan:
+    """``plan`` with the calibration rows sent first, as one plan to price."""
+    rq = plan.relquery
+    k = calibration.table.n_rows
+    cells = {f: calibration.table.cells[f] + rq.table.cells[f] for f in rq.fields}
+    table = Table(rq.fields, cells, k + rq.table.n_rows)
+    first = plan.ordering.fields[0] if len(plan.ordering) else rq.fields
+    ordering = Ordering(
+        (*range(k), *(row + k for row in plan.ordering.rows)), ((first,) * k + plan.ordering.fields)
+    )
+    return make_plan(dataclasses.replace(rq, table=table), ordering, plan.reorder)
+
+
 def run_decided(compiled: RowwiseCall, runner: Runner, op: str) -> list[Outcome]:
     """Run the call; with calibration, decide each answer from its label probabilities.
 
@@ -433,18 +536,12 @@ def run_decided(compiled: RowwiseCall, runner: Runner, op: str) -> list[Outcome]
     the rows decided by probability (``decided``) and those whose decision
     differs from the answer text (``changed``).
     """
-    mode = compiled.calibrate
-    call = compiled.call
-    if mode == "auto":
-        wanted = not compiled.settings["batch"]
-        wanted = wanted and backend_of(compiled.settings).capabilities.calibrate
-        mode = "content_free" if wanted else None
-    if mode is None or not call.labels:
+    call, mode = as_sent(compiled)
+    if mode is None:
         outcomes = runner.run(call)
         runner.finish()
         return outcomes
     check_logprobs(compiled.settings, f"{op}(calibrate=...)")
-    call = _restated(with_logprobs(call, max(CALIBRATION_LOGPROBS, call.relquery.logprobs)))
     probe, answers = _probe(call, mode)
     probed = runner.run(probe)
     outcomes = runner.run(call)
