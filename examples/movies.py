@@ -48,7 +48,7 @@ def main() -> None:
     reviews = reviews[reviews["review_content"].notna()]
     print(f"{len(reviews)} reviews of {reviews['movie_title'].nunique()} movies from {source.name}")
 
-    question = "Is the review {review_content} positive about the movie {movie_title}?"
+    question = "Is this review positive about the movie? {review_content}"
     plan = reviews.llm.plan(question, op="filter", **settings)
     print(plan.explain(n=1))
 
@@ -58,7 +58,7 @@ def main() -> None:
     print(
         "(The default model, SmolLM2-135M on CPU, is for trying semframe out: decided from "
         "its calibrated probabilities, its yes/no answers on hand-labeled reviews are right "
-        "about 6 times in 10, its positive/negative labels about 3 in 4 "
+        "about 6 times in 10, its positive/negative labels 3 to 4 times in 5 "
         "(benchmarks/answers.py). Give model= a larger GGUF file for answers to rely on.)"
     )
     print(stats)
