@@ -176,6 +176,15 @@ def test_ann_recall_against_exact_and_the_saved_index(tmp_path: Path) -> None:
     np.testing.assert_array_equal(one_ids[0], ann_ids[0])
 
 
+def test_a_graph_saved_with_other_build_parameters_is_not_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keys = [text_key(str(i)) for i in range(10)]
+    before = index_key("test", keys)
+    monkeypatch.setattr(index_mod, "CONNECTIVITY", index_mod.CONNECTIVITY // 2)
+    assert index_key("test", keys) != before
+
+
 def test_below_the_threshold_search_is_exact() -> None:
     rows = _clustered(100, 8, seed=2)
     assert build_index(rows, ann="auto", threshold=1000).graph is None
