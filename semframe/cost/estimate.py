@@ -42,11 +42,13 @@ Examples
 
 from __future__ import annotations
 
+import functools
+import operator
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from html import escape
-from typing import Any
+from typing import Any, cast
 
 from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
@@ -227,6 +229,40 @@ class Figures:
     def tokens(self) -> int:
         """Input plus expected output tokens (what a token budget counts)."""
         return self.input_tokens + self.output_tokens
+
+    @classmethod
+    def side_by_side(cls, parts: Sequence[Figures]) -> Figures:
+        """The figures of plans run at once on separate engines (Ray replicas).
+
+        Counts and dollars add up; the wall time is the slowest part's. No
+        range by dispatch timing is kept.
+
+        Examples
+        --------
+        >>> from semframe.cost.pricing import Cost
+        >>> a = Figures(2, 100, 40, 0, 8, 10, Cost(1.0), 1.5, 3.0)
+        >>> b = Figures(3, 150, 90, 0, 9, 15, Cost(2.0), 2.5, 5.0)
+        >>> both = Figures.side_by_side([a, b])
+        >>> both.requests, both.cached_tokens, both.dollars, both.wall_seconds
+        (5, 130, 3.0, 5.0)
+        """
+        costs = [p.cost for p in parts]
+        total: Cost | None = None
+        if parts and all(c is not None for c in costs):
+            total = functools.reduce(operator.add, cast("list[Cost]", costs))
+        maxima = [p.cost_max for p in parts]
+        walls = [p.wall_seconds for p in parts]
+        return cls(
+            sum(p.requests for p in parts),
+            sum(p.input_tokens for p in parts),
+            sum(p.cached_tokens for p in parts),
+            sum(p.cache_write_tokens for p in parts),
+            sum(p.output_tokens for p in parts),
+            sum(p.output_tokens_max for p in parts),
+            total,
+            None if not parts or None in maxima else sum(cast("list[float]", maxima)),
+            None if not parts or None in walls else max(cast("list[float]", walls)),
+        )
 
     def scaled(self, factor: float) -> Figures:
         """Every figure times ``factor`` (extrapolating a first round to a whole call)."""

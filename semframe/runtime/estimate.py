@@ -13,17 +13,20 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from semframe.backends import Backend, cost_model, get_backend
 from semframe.config import cache_dir
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, make_plan
-from semframe.cost.estimate import Estimate, price_plan
+from semframe.cost.estimate import Estimate, Figures, price_plan
 from semframe.cost.models import CostModel, LatencyModel, RunShape, warm_start
 from semframe.errors import ConfigError, InputError, MissingDependencyError, plural
 from semframe.runtime.call import uncached_part
 from semframe.runtime.execute import execute
+from semframe.runtime.ray_executor import PER_REQUEST_CHARS
+from semframe.serving.partition import partition
 
 __all__ = ["estimate_call", "estimate_first_round", "estimate_plan", "probe_output"]
 
@@ -128,6 +131,16 @@ def estimate_plan(
         warm=warm_start(model, settings["warm_start"]),
         slots=slots,
     )
+    replicas = settings["replicas"] if settings["executor"] == "ray" else 1
+    if replicas > 1 and not settings["batch"]:
+        if backend is not None and backend.endpoint is None and len(plan) > 1:
+            shaped = _Shaped(shape, source, probe_cost)
+            return _on_replicas(plan, settings, model, shaped, replicas, op, scale, notes)
+        notes = (
+            *notes,
+            f"executor='ray': the {replicas} replicas reach one endpoint, its cache and its "
+            "limits (divided among them): priced as one client sending the whole plan",
+        )
     return price_plan(
         plan,
         model,
@@ -139,6 +152,72 @@ def estimate_plan(
         scale=scale,
         notes=notes,
     )
+
+
+def _on_replicas(  # noqa: PLR0917
+    plan: Plan,
+    settings: Mapping[str, Any],
+    model: CostModel,
+    shaped: _Shaped,
+    replicas: int,
+    op: str | None,
+    scale: float,
+    notes: Sequence[str],
+) -> Estimate:
+    """``plan`` as ``executor="ray"`` sends it: partitioned, each replica priced on its own.
+
+    The requests are partitioned as the run partitions them (whole prefix
+    groups, :func:`~semframe.serving.partition.partition`); each shard is
+    planned again and simulated on an engine of its own (each replica owns
+    one), so a prefix split across replicas is paid on each. Counts and
+    dollars add up; the wall time is the slowest replica's.
+    """
+    shape = shaped.shape
+    part = partition(plan.requests, plan.groups, replicas, per_request=PER_REQUEST_CHARS)
+    rq = plan.relquery
+    parts = []
+    for ids in part.shards:
+        if not ids:
+            continue
+        rows = [plan.requests[i].row for i in ids]
+        sub = dataclasses.replace(rq, table=rq.table.take(rows))
+        order = Ordering(tuple(range(len(ids))), tuple(plan.ordering.fields[i] for i in ids))
+        shard = make_plan(sub, order, plan.reorder)
+        parts.append(
+            price_plan(
+                shard,
+                model,
+                dataclasses.replace(shape, workers=min(shape.workers, len(ids))),
+                backend=settings["backend"],
+                op=op,
+                output_source=shaped.source,
+                scale=scale,
+            )
+        )
+    first = parts[0]
+    note = (
+        f"executor='ray': {plural(len(parts), 'replica')} with work, prefix groups partitioned "
+        "as the run partitions them; each replica's cache simulated on its own (a prefix "
+        "split across replicas is paid on each), the wall time is the slowest replica's"
+    )
+    return dataclasses.replace(
+        first,
+        rows=sum(e.rows for e in parts),
+        planned=Figures.side_by_side([e.planned for e in parts]),
+        original=Figures.side_by_side([e.original for e in parts]),
+        notes=(*notes, *dict.fromkeys(n for e in parts for n in e.notes), note),
+        seconds_to_estimate=sum(e.seconds_to_estimate for e in parts),
+        probe_cost=shaped.probe_cost,
+    )
+
+
+@dataclass(frozen=True)
+class _Shaped:
+    """How the run would send the plan, and where its output lengths come from."""
+
+    shape: RunShape
+    source: str
+    probe_cost: float | None
 
 
 def estimate_call(plan: Plan, settings: Mapping[str, Any], *, op: str, probe: int = 0) -> Estimate:
