@@ -286,8 +286,9 @@ def test_directives_off_sends_no_key_and_no_breakpoints(emu: ProviderEmulator) -
 
 
 def test_anthropic_client_still_works_with_directives_off(emu: ProviderEmulator) -> None:
-    client = anthropic.Anthropic(api_key="sk-ant", base_url=emu.anthropic_url, max_retries=0)
-    out = _rows(2).llm.map(
-        "Echo {review}", backend="anthropic", client=client, cache_directives=False, cache=False
-    )
+    # The caller's client: semframe does not close it, the caller does.
+    with anthropic.Anthropic(api_key="sk-ant", base_url=emu.anthropic_url, max_retries=0) as client:
+        out = _rows(2).llm.map(
+            "Echo {review}", backend="anthropic", client=client, cache_directives=False, cache=False
+        )
     assert out["llm_output"].str.startswith("Answer").all()

@@ -103,9 +103,8 @@ def test_client_with_a_token_provider(emu: ProviderEmulator) -> None:
         calls.append(1)
         return KEY
 
-    client = openai.OpenAI(base_url=emu.openai_url, api_key=token)
-    df = _rows(3)
-    out = df.llm.map("Echo {t}", backend="openai", client=client, model="gpt-4o-mini")
+    with openai.OpenAI(base_url=emu.openai_url, api_key=token) as client:
+        out = _rows(3).llm.map("Echo {t}", backend="openai", client=client, model="gpt-4o-mini")
     assert len(out) == 3
     assert len(calls) >= 3
 

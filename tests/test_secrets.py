@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 
 import semframe
-from semframe.backends import get_backend
+from semframe.backends import get_backend, reset_backends
 from semframe.errors import RunAborted
 from semframe.runtime.batch import run_batch
 from semframe.runtime.progress import Progress
@@ -172,6 +172,8 @@ def test_batch_state_files_hold_no_key(emu: ProviderEmulator, tmp_path: Path) ->
         assert _scan_files(tmp_path) == len(states)
         for state in states:
             state.unlink()
+    reset_backends("openai")
+    client.close()  # the caller's client: semframe leaves closing it to the caller
 
 
 def test_the_search_would_find_a_key_or_a_piece_of_one() -> None:

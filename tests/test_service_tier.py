@@ -170,6 +170,7 @@ def test_the_emulator_reads_the_tier_from_the_request(emu: ProviderEmulator) -> 
         client.chat.completions.create(
             model="gpt-5-mini", messages=messages, extra_body={"service_tier": "turbo"}
         )
+    client.close()
 
 
 # -- a run: billed, counted and estimated at the tier -----------------------------------
