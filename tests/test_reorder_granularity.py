@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_reorder_helpers import prompts, ref_hit_rate, seg, tables
+from test_reorder_helpers import prompts, ref_hit_rate, seg, tables, tables_with_orderings
 
 from semframe.backends import cost_model
 from semframe.config import config
@@ -38,15 +36,6 @@ granularities = st.builds(
     minimum=st.integers(0, 40),
     step=st.integers(1, 16),
 )
-
-
-@st.composite
-def tables_with_orderings(draw: st.DrawFn) -> tuple[Table, Ordering]:
-    t = draw(tables(max_rows=10, max_cols=4))
-    rows = draw(st.permutations(range(t.n_rows)))
-    perms = list(itertools.permutations(t.columns))
-    fields = [draw(st.sampled_from(perms)) for _ in rows]
-    return t, Ordering(tuple(rows), tuple(fields))
 
 
 def _codes(t: Table, o: Ordering) -> tuple[np.ndarray, np.ndarray]:

@@ -42,6 +42,16 @@ def tables(
     return Table.from_columns(data)
 
 
+@st.composite
+def tables_with_orderings(draw: st.DrawFn) -> tuple[Table, Ordering]:
+    """A table and an arbitrary valid ordering of it (random rows and field orders)."""
+    t = draw(tables(max_rows=10, max_cols=4))
+    rows = draw(st.permutations(range(t.n_rows)))
+    perms = list(itertools.permutations(t.columns))
+    fields = [draw(st.sampled_from(perms)) for _ in rows]
+    return t, Ordering(tuple(rows), tuple(fields))
+
+
 def prompts(t: Table, o: Ordering) -> list[list[tuple[str, str]]]:
     """Each executed prompt as its list of (column, value) cells."""
     return [[(c, t.cells[c][r]) for c in f] for r, f in zip(o.rows, o.fields, strict=True)]

@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 from test_reorder_helpers import (
     ref_hit_rate,
     ref_phc,
     ref_upper_bound,
     tables,
+    tables_with_orderings,
 )
 
 from semframe.core.ordering import Ordering
@@ -26,16 +26,6 @@ from semframe.reorder import (
     phc,
     upper_bound,
 )
-
-
-@st.composite
-def tables_with_orderings(draw: st.DrawFn) -> tuple[Table, Ordering]:
-    """A table and an arbitrary valid ordering of it (random rows and field orders)."""
-    t = draw(tables(max_rows=10, max_cols=4))
-    rows = draw(st.permutations(range(t.n_rows)))
-    perms = list(itertools.permutations(t.columns))
-    fields = [draw(st.sampled_from(perms)) for _ in rows]
-    return t, Ordering(tuple(rows), tuple(fields))
 
 
 def words(s: str) -> int:
