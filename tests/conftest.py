@@ -10,6 +10,7 @@ import pytest
 from semframe.backends import BACKENDS, register_backend, reset_backends
 from semframe.backends.fake import FakeBackend
 from semframe.config import reset_settings
+from semframe.cost.models import SlotCost
 from semframe.runtime.stats import reset_report
 
 
@@ -80,3 +81,21 @@ LOCAL_REVIEWS = pd.DataFrame(
     },
     index=["x", "y", "z"],
 )
+
+
+class LocalLike(FakeBackend):
+    """The fake engine, priced and timed as the local backend is (a calibrated SlotCost)."""
+
+    def __init__(self, model: str, slots: int) -> None:
+        super().__init__(model=model, max_concurrency=slots)
+        self.cost = SlotCost(self.model, self.count_tokens, slots, engine="local", calibrated=True)
+
+
+@pytest.fixture
+def local_is_fake(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``backend="local"`` is :class:`LocalLike`, with ``request.param`` slots (default 2)."""
+    slots = getattr(request, "param", 2)
+    previous = BACKENDS["local"]
+    register_backend("local", lambda model, settings: LocalLike(model or "tiny-local", slots))
+    yield
+    register_backend("local", previous)

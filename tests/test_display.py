@@ -15,10 +15,8 @@ import pytest
 
 import semframe
 import semframe.runtime.execute
-from semframe.backends import BACKENDS, register_backend
 from semframe.backends.fake import FakeBackend
 from semframe.cost.estimate import Estimate
-from semframe.cost.models import SlotCost
 from semframe.cost.pricing import Cost
 from semframe.errors import MissingDependencyError, RowError, RowErrors, plural
 from semframe.operators.common import compile_call
@@ -293,22 +291,6 @@ def test_the_saving_line_says_which_way_the_cost_went() -> None:
 def test_uncalibrated_time_is_not_called_a_bound() -> None:
     text = repr(MOVIES.llm.estimate(TEMPLATE, op="filter", backend="fake"))
     assert re.search(r"wall time\s+uncalibrated", text), text
-
-
-class _LocalLike(FakeBackend):
-    """The fake engine, priced and timed as the local backend is (a calibrated SlotCost)."""
-
-    def __init__(self, model: str) -> None:
-        super().__init__(model=model, max_concurrency=2)
-        self.cost = SlotCost(self.model, self.count_tokens, 2, engine="local", calibrated=True)
-
-
-@pytest.fixture
-def local_is_fake() -> Iterator[None]:
-    previous = BACKENDS["local"]
-    register_backend("local", lambda model, settings: _LocalLike(model or "tiny-local"))
-    yield
-    register_backend("local", previous)
 
 
 @pytest.mark.usefixtures("local_is_fake")

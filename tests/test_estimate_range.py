@@ -10,7 +10,6 @@ typical latency by default.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -19,10 +18,9 @@ import pytest
 
 import semframe
 import semframe.cost.estimate
-from semframe.backends import BACKENDS, register_backend
 from semframe.backends.fake import FakeBackend
 from semframe.cost.estimate import Estimate, Span
-from semframe.cost.models import TYPICAL_LATENCY, LatencyModel, SlotCost, Timing
+from semframe.cost.models import TYPICAL_LATENCY, LatencyModel, Timing
 from semframe.operators.common import compile_call
 from semframe.runtime.estimate import estimate_plan
 from semframe.testing.emulator import Latency, ProviderEmulator
@@ -204,24 +202,8 @@ def test_scaled_estimates_scale_their_range(fake: FakeBackend) -> None:
 # -- a local engine's calibration applies to any row count ----------------------------------
 
 
-class _LocalLike(FakeBackend):
-    """The fake engine, timed as the local backend is (a calibrated SlotCost) with 4 slots."""
-
-    def __init__(self, model: str) -> None:
-        super().__init__(model=model, max_concurrency=4)
-        self.cost = SlotCost(self.model, self.count_tokens, 4, engine="local", calibrated=True)
-
-
-@pytest.fixture
-def local_is_fake() -> Iterator[None]:
-    previous = BACKENDS["local"]
-    register_backend("local", lambda model, settings: _LocalLike(model or "tiny-local"))
-    yield
-    register_backend("local", previous)
-
-
-@pytest.mark.usefixtures("local_is_fake")
-def test_a_calibration_with_4_slots_times_an_estimate_of_fewer_rows() -> None:
+@pytest.mark.parametrize("local_is_fake", [4], indirect=True)
+def test_a_calibration_with_4_slots_times_an_estimate_of_fewer_rows(local_is_fake: None) -> None:
     semframe.calibrate_local(model="tiny-local", slots=4, rounds=1)
     few = pd.DataFrame({"t": ["a", "b"]})
     est = few.llm.estimate("Echo {t}", backend="local")
