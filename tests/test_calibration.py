@@ -291,6 +291,20 @@ def test_plan_and_estimate_show_the_calibrated_call(leaning: FakeBackend) -> Non
     assert len(leaning.history) == est.planned.requests
 
 
+def test_calibration_rows_go_first_in_the_rows_own_run(leaning: FakeBackend) -> None:
+    df = pd.DataFrame({"review": REVIEWS}, index=list("abcdef"))
+    kept = df.llm.filter(
+        "Is {review} positive?", calibrate="content_free", max_concurrency=1, **RUN
+    )
+    assert kept.index.tolist() == ["a", "c", "e"]
+    op = semframe.last_op()
+    # One run: no slot waits for the calibration requests before the rows start.
+    assert op is not None and len(op.runs) == 1 and op.runs[0].requests == 9
+    first = [r.prompt for r in leaning.history[:3]]
+    assert all(re.search(r"review: (N/A|\[MASK\])?\n", p) for p in first), first
+    assert not any(re.search(r"review: (N/A|\[MASK\])?\n", r.prompt) for r in leaning.history[3:])
+
+
 def test_backends_declaring_restate_ask_again_after_the_fields(leaning: FakeBackend) -> None:
     leaning.capabilities = dataclasses.replace(leaning.capabilities, restate=True)
     try:

@@ -126,10 +126,8 @@ class _Rowwise:
         if mode is None:
             return estimate_call(call.plan, compiled.settings, op=self.name, probe=probe)
         check_logprobs(compiled.settings, f"{self.name}(calibrate=...)")
-        calibration_call, _ = _probe(call, mode)
-        k = len(calibration_call.labels)
-        plan = _calibrated_first(call.plan, calibration_call.relquery)
-        estimate = estimate_call(plan, compiled.settings, op=self.name, probe=probe)
+        both, k, _ = _calibration_first(call, mode)
+        estimate = estimate_call(both.plan, compiled.settings, op=self.name, probe=probe)
         what = "labeled rows" if isinstance(mode, tuple) else "content-free inputs"
         note = f"includes {plural(k, 'calibration request')} ({what}) sent before the rows"
         return dataclasses.replace(estimate, rows=estimate.rows - k, notes=(*estimate.notes, note))
@@ -524,12 +522,22 @@ def _calibrated_first(plan: Plan, calibration: RelQuery) -> Plan:
     return make_plan(dataclasses.replace(rq, table=table), ordering, plan.reorder)
 
 
+def _calibration_first(
+    call: Call, mode: str | tuple[Mapping[str, object], ...]
+) -> tuple[Call, int, list[str]]:
+    """``call`` with its calibration rows sent first, as one call; their count and answers."""
+    probe, answers = _probe(call, mode)
+    plan = _calibrated_first(call.plan, probe.relquery)
+    return Call([*probe.labels, *call.labels], call.settings, plan), len(probe.labels), answers
+
+
 def run_decided(compiled: RowwiseCall, runner: Runner, op: str) -> list[Outcome]:
     """Run the call; with calibration, decide each answer from its label probabilities.
 
     The calibration rows (content-free inputs, or the labeled rows) go first,
-    as a relQuery of their own with the same instructions (so they warm the
-    cache for the rows); the call's own rows follow with logprobs asked for.
+    in the same run as the call's rows and with the same instructions (they
+    warm the cache for the rows, and no slot waits for them to finish); the
+    call's own rows follow with logprobs asked for.
     A row whose answer carries no usable probabilities keeps its text answer;
     calibration rows that fail are left out (with none left, the labels'
     probabilities are compared uncalibrated). ``semframe.last_op()`` counts
@@ -542,9 +550,9 @@ def run_decided(compiled: RowwiseCall, runner: Runner, op: str) -> list[Outcome]
         runner.finish()
         return outcomes
     check_logprobs(compiled.settings, f"{op}(calibrate=...)")
-    probe, answers = _probe(call, mode)
-    probed = runner.run(probe)
-    outcomes = runner.run(call)
+    both, k, answers = _calibration_first(call, mode)
+    sent = runner.run(both)
+    probed, outcomes = sent[:k], sent[k:]
     choices = compiled.choices
     dists = [_distribution(o, choices) for o in probed]
     if answers:
