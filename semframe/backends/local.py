@@ -421,7 +421,12 @@ class LocalBackend:
             context_window=n_ctx,
         )
         self.cost = SlotCost(
-            self.model, self.count_tokens, parallel, engine="local", calibrated=True
+            self.model,
+            self.count_tokens,
+            parallel,
+            engine="local",
+            calibrated=True,
+            context=n_ctx,
         )
         self._engine: _Engine | None = None
         self._engine_lock = threading.Lock()

@@ -128,11 +128,13 @@ def engine_cost(
     """The cost model of an in-process engine run with engine arguments ``args``.
 
     Its cache blocks are ``block_size`` tokens (vLLM's default: 16, 128 with
-    ``enforce_eager`` on the CPU build); an engine model stored by
+    ``enforce_eager`` on the CPU build), ``num_gpu_blocks_override`` of them
+    when set (its capacity); an engine model stored by
     :func:`calibrate_vllm` for ``model`` in the
     cache directory makes the estimate a replay on the simulator.
     """
     block = int(args.get("block_size") or (128 if args.get("enforce_eager") else 16))
+    blocks = args.get("num_gpu_blocks_override")
     return BlockCost(
         model,
         count_tokens,
@@ -141,6 +143,7 @@ def engine_cost(
         block_size=block,
         framing=framing,
         engine_model=lambda directory: load_engine_model(directory, model),
+        num_blocks=int(blocks) if blocks else None,
     )
 
 

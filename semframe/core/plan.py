@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from semframe._version import __version__
+from semframe.core.capacity import Capacity
 from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.parse import OutputSpec
@@ -90,6 +91,13 @@ class RelQuery:
     def instructions(self) -> str:
         """The shared instruction block (:func:`render_instructions`), rendered once."""
         return render_instructions(self)
+
+
+def _assumed(capacity: Capacity | None) -> str:
+    """What :meth:`Plan.explain` says of the cache a plan was made for."""
+    if capacity is None:
+        return "not known (planned without a backend)"
+    return capacity.describe()
 
 
 def render_instructions(rq: RelQuery) -> str:
@@ -262,6 +270,10 @@ class Plan:
         For each request, how many leading prompt characters it shares with the
         previous request, counted in whole labeled segments (what a prefix cache
         holding only the previous prompt would serve; partial values do not count).
+    capacity : Capacity or None
+        The prefix cache and concurrency the plan is made for (the backend's
+        cost model declares it; ``None``: planned without a backend). It
+        changes no request, so it is not part of the plan's fingerprint.
     """
 
     relquery: RelQuery
@@ -271,6 +283,7 @@ class Plan:
     requests: tuple[Request, ...]
     groups: tuple[PrefixGroup, ...]
     shared_chars: tuple[int, ...] = field(repr=False)
+    capacity: Capacity | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -306,6 +319,7 @@ class Plan:
             ("prefix groups", groups),
             ("prompt characters", f"{self.prompt_chars:,}"),
             ("expected prefix reuse (previous prompt)", f"{self.expected_hit_rate:.1%}"),
+            ("cache assumed", _assumed(self.capacity)),
             (
                 "output",
                 f"{rq.output.kind}, max_tokens={rq.max_tokens}, temperature={rq.temperature}",
@@ -345,6 +359,7 @@ class Plan:
             f"  reorder: {self.reorder}; prefix groups: {summary['prefix groups']}",
             f"  prompt characters: {summary['prompt characters']}; expected prefix reuse "
             f"(previous prompt): {summary['expected prefix reuse (previous prompt)']}",
+            f"  cache assumed: {summary['cache assumed']}",
             f"  output: {rq.output.kind}, max_tokens={rq.max_tokens}, temperature={rq.temperature}",
             f"  row order (first {min(n * 4, len(self.requests))}): "
             f"{list(self.ordering.rows[: n * 4])}",

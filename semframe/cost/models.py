@@ -34,6 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
+from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan
 from semframe.core.wire import Request, Usage
 from semframe.cost.cachesim import (
@@ -386,6 +387,15 @@ class CostModel(Protocol):
         """
         ...
 
+    def capacity(self, concurrency: int, cache_dir: Path) -> Capacity:
+        """What the backend's prefix cache holds, shared by ``concurrency`` requests in flight.
+
+        Declared from what the model knows (an engine's measured or configured
+        KV blocks, a slot's context, an API's entry lifetime); ``cache_dir``
+        holds a local engine's calibration. :meth:`Plan.explain` says it.
+        """
+        ...
+
     def check(self) -> None:
         """Raise :class:`~semframe.errors.ConfigError` when the model cannot be priced.
 
@@ -612,6 +622,16 @@ class _ApiCost:
     def _ttl(self) -> str:
         return "5m"
 
+    def _idle_ttl_s(self) -> float | None:
+        """Seconds an unused cache entry lives (``None``: not published)."""
+        return TTL_SECONDS.get(self._ttl())
+
+    def capacity(self, concurrency: int, cache_dir: Path) -> Capacity:
+        """No size published: unbounded, entries dropped after their lifetime."""
+        return Capacity(
+            None, concurrency=concurrency, ttl_s=self._idle_ttl_s(), source="the provider's cache"
+        )
+
     def tokenizer(self) -> Tokenizer:
         choice = encoding_name_for_model(self.model)
         return Tokenizer(_tiktoken_encoder(self.model), choice.exact, choice.note, bytes_bound=True)
@@ -826,6 +846,11 @@ class OpenAICost(_ApiCost):
             else:
                 notes.append(f"priority tier: prices at {self.price.tier_multiplier:g}x")
         return notes
+
+    def _idle_ttl_s(self) -> float | None:
+        if self.by_breakpoints:
+            return 1800.0  # OPENAI_BREAKPOINT_TTL, "30m"
+        return RETENTION_SECONDS[self.effective_retention()][0]
 
     def effective_retention(self) -> str:
         """The retention the cache is modelled with: the setting, else the model's first."""
@@ -1044,6 +1069,9 @@ class GeminiCost(_ApiCost):
         """The model's minimum and step (implicit caching)."""
         step = self.price.cache_step_tokens if self.price is not None else 1
         return Granularity(self.minimum, step)
+
+    def _idle_ttl_s(self) -> float | None:
+        return None  # implicit caching publishes no lifetime (``ttl`` is the explicit cache's)
 
     @property
     def warm_start(self) -> bool:
@@ -1320,11 +1348,16 @@ class SlotCost(_EngineCost):
     """
 
     calibrated: bool = False
+    context: int | None = None  # tokens each slot holds (llama.cpp's n_ctx per slot)
 
     @property
     def granularity(self) -> Granularity:
         """Every shared token: a slot reuses its KV prefix token by token."""
         return Granularity()
+
+    def capacity(self, concurrency: int, cache_dir: Path) -> Capacity:
+        """One slot per request in flight, each keeping the prefix of its last prompt."""
+        return Capacity(self.context, concurrency=concurrency, slots=True)
 
     def calibration(self, shape: RunShape) -> LocalCalibration | None:
         """The stored calibration for this machine, model and slot count, if any.
@@ -1400,11 +1433,30 @@ class BlockCost(_EngineCost):
     block_size: int = 16
     framing: Callable[[str | None], tuple[int, int]] | None = None
     engine_model: Callable[[Path], Any] | None = None
+    num_blocks: int | None = None  # set in the engine's arguments (num_gpu_blocks_override)
 
     @property
     def granularity(self) -> Granularity:
         """Whole KV blocks of ``block_size`` tokens."""
         return Granularity(step=self.block_size)
+
+    def capacity(self, concurrency: int, cache_dir: Path) -> Capacity:
+        """The engine's KV blocks: as its arguments set them, else as calibrated, else unknown."""
+        if self.num_blocks is not None:
+            blocks, source = self.num_blocks, "num_gpu_blocks_override"
+        else:
+            model = self.engine_model(cache_dir) if self.engine_model is not None else None
+            if model is None:
+                return Capacity(
+                    None,
+                    block=self.block_size,
+                    concurrency=concurrency,
+                    source="size unknown until calibrate_vllm measures the engine",
+                )
+            blocks, source = model.num_blocks, f"measured {model.measured_at}"
+        return Capacity(
+            blocks * self.block_size, block=self.block_size, concurrency=concurrency, source=source
+        )
 
     def _framed(self) -> bool:
         return self.framing is not None

@@ -26,6 +26,7 @@ from semframe.cache.keys import call_key, plan_keys
 from semframe.cache.serve import serve_stored
 from semframe.cache.store import ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
+from semframe.core.capacity import Capacity
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
 from semframe.core.wire import Outcome, Usage
@@ -42,6 +43,7 @@ __all__ = [
     "Call",
     "Recipe",
     "Runner",
+    "cache_capacity",
     "cache_objective",
     "check_context",
     "replay",
@@ -98,6 +100,24 @@ def cache_objective(settings: Mapping[str, Any], relquery: RelQuery) -> Objectiv
     if granularity.per_token:
         return None
     return _objective(model, granularity, relquery)
+
+
+def cache_capacity(settings: Mapping[str, Any], requests: int) -> Capacity | None:
+    """The prefix cache a run of ``requests`` with ``settings`` is sent to, and its concurrency.
+
+    The backend's cost model declares it (``CostModel.capacity``); the
+    concurrency is the executor's, ``max_concurrency`` capped by the backend's
+    and by the requests. ``None`` where the cost model cannot be had here.
+    """
+    try:
+        model: CostModel = cost_model(
+            settings["backend"], model=settings["model"], settings=settings
+        )
+    except (ConfigError, MissingDependencyError):
+        return None
+    rows = requests or 1
+    workers = max(1, min(model.concurrency, settings["max_concurrency"] or rows, rows))
+    return model.capacity(workers, cache_dir(settings["cache_dir"]))
 
 
 def _objective(
@@ -171,11 +191,14 @@ class Call:
         """The plan (ordered and rendered on first use when the call holds a recipe)."""
         source = self.source
         if isinstance(source, Plan):
-            return source
-        objective = None
-        if source.reorder == "ggr":
-            objective = cache_objective(self.settings, source.relquery)
-        return source.build() if objective is None else source.build(objective)
+            plan = source
+        else:
+            objective = None
+            if source.reorder == "ggr":
+                objective = cache_objective(self.settings, source.relquery)
+            plan = source.build() if objective is None else source.build(objective)
+        capacity = cache_capacity(self.settings, len(plan.requests))
+        return plan if capacity is None else dataclasses.replace(plan, capacity=capacity)
 
     @property
     def relquery(self) -> RelQuery:

@@ -14,7 +14,10 @@ Async backends share one cache (an API, vLLM): with a warm start the plan's
 first request goes alone, so that the head every request shares is cached
 before the first wave; a group's first request goes alone and its followers are fanned
 out once it has been answered, ahead of new groups, under client-side rate
-limits (:class:`AsyncDispatcher`, :class:`RateLimiter`). The per-request
+limits (:class:`AsyncDispatcher`, :class:`RateLimiter`). Where the plan's
+prompts do not all fit in a bounded shared cache (``Plan.capacity``), the
+dispatch also keeps to what the cache holds (:class:`Room`, :func:`room_for`),
+so that a group's prefix is still cached when its followers run. The per-request
 work (attempts, retries, parsing) is the executor's
 (:mod:`semframe.runtime.execute`); this module only decides order and
 concurrency.
@@ -30,6 +33,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan
 from semframe.core.wire import Outcome, Request
 
@@ -38,7 +42,9 @@ __all__ = [
     "GroupDispatcher",
     "NaiveDispatcher",
     "RateLimiter",
+    "Room",
     "backoff",
+    "room_for",
     "run_async",
     "run_threads",
 ]
@@ -144,6 +150,85 @@ class NaiveDispatcher(GroupDispatcher):
             self.in_flight -= 1
 
 
+@dataclass(frozen=True)
+class Room:
+    """What a bounded shared cache holds, in blocks, as the async dispatch counts it.
+
+    Attributes
+    ----------
+    limit : int
+        Blocks the cache holds.
+    shared : tuple of int
+        Per prefix group, the blocks of the prefix all its requests share
+        (0 for a group of one request).
+    own : tuple of int
+        Per request, its own blocks: its prompt beyond its group's shared
+        prefix, and its output.
+    """
+
+    limit: int
+    shared: tuple[int, ...]
+    own: tuple[int, ...]
+
+
+def room_for(
+    plan: Plan, capacity: Capacity | None, *, tokens_per_char: float, output_tokens: int
+) -> Room | None:
+    """The :class:`Room` of ``plan`` in a cache of ``capacity`` (``None``: no need to count).
+
+    Sizes are characters times ``tokens_per_char`` (the backend's tokenizer
+    on a sample), in whole ``capacity.block`` blocks: a group's shared prefix
+    is its instructions and the fields all its requests share
+    (``Request.prefix``). ``None`` (dispatch as without a bound) for per-slot
+    or unbounded caches, and where the plan's distinct prompt blocks and the
+    output of ``capacity.concurrency`` requests fit in the cache at once:
+    then nothing is evicted in any order.
+
+    Examples
+    --------
+    >>> from semframe.core.ordering import Ordering
+    >>> from semframe.core.parse import TEXT
+    >>> from semframe.core.plan import RelQuery, make_plan
+    >>> from semframe.core.table import Table
+    >>> from semframe.core.template import parse_template
+    >>> t = Table.from_columns({"doc": ["a" * 64] * 3 + ["b" * 64], "q": ["1", "2", "3", "4"]})
+    >>> plan = make_plan(RelQuery("map", parse_template("{doc} {q}"), t, TEXT),
+    ...                  Ordering.identity(4, ("doc", "q")), "none")
+    >>> [len(g) for g in plan.groups]
+    [3, 1]
+    >>> room = room_for(plan, Capacity(32, block=4, concurrency=2), tokens_per_char=0.25,
+    ...                 output_tokens=4)
+    >>> room.limit, room.shared, room.own  # 'doc: aaa...' is the first group's prefix
+    (8, (5, 0), (2, 2, 2, 7))
+    >>> room_for(plan, Capacity(4096, block=4, concurrency=2), tokens_per_char=0.25,
+    ...          output_tokens=4) is None  # everything fits
+    True
+    """
+    if capacity is None or capacity.tokens is None or capacity.slots or not plan.requests:
+        return None
+    block = capacity.block
+
+    def blocks(chars: float, extra: int = 0) -> int:
+        return -(-int(chars * tokens_per_char + extra) // block)
+
+    distinct = sum(len(r.prompt) for r in plan.requests) - sum(plan.shared_chars)
+    need = blocks(distinct) + capacity.concurrency * blocks(0, output_tokens)
+    limit = capacity.tokens // block
+    if need <= limit:
+        return None
+    shared: list[int] = []
+    own: list[int] = []
+    for g in plan.groups:
+        size = len(g)
+        ends = [end for end, by in plan.requests[g.start].prefix if by >= size]
+        common = max(ends, default=0) if size > 1 else 0
+        full = int(common * tokens_per_char) // block  # whole blocks only are shared
+        shared.append(full)
+        for r in plan.requests[g.start : g.stop]:
+            own.append(max(1, blocks(len(r.prompt), output_tokens) - full))
+    return Room(limit, tuple(shared), tuple(own))
+
+
 class RateLimiter:
     """Token buckets for requests and tokens per minute (async, first come first served).
 
@@ -219,14 +304,33 @@ class AsyncDispatcher(_Groups):
     goes alone and nothing else is sent until it has been answered (or
     released, :meth:`release`). Without it the first wave (one leader per
     group, up to the concurrency) would each write the same head.
+
+    With ``room`` (a bounded cache that cannot hold the whole plan,
+    :func:`room_for`), a new group starts only when it can keep its prefix
+    cached until its followers run: its prefix and its leader must fit beside
+    what was sent (the shared prefix of every started group, held from its
+    leader until its last request is answered, and the own blocks of every
+    request in flight), and the room left must outlast the followers already
+    waiting ahead of its own (each evicts about its own blocks' worth while it
+    runs). Followers are never held back (they use their group's prefix), and
+    with nothing in flight a request always goes. ``workers`` is the
+    concurrency the rule counts with.
     """
 
-    def __init__(self, plan: Plan, *, warm: bool = False) -> None:
+    def __init__(
+        self, plan: Plan, *, warm: bool = False, room: Room | None = None, workers: int = 1
+    ) -> None:
         super().__init__(plan)
         self.open: deque[int] = deque()
         self.cond = asyncio.Condition()
         self.warm = warm and len(self.groups) > 1  # one group: its leader goes alone anyway
         self.warming = False  # the root request is on its way, unanswered
+        self.room = room
+        self.workers = workers
+        self.held = 0  # blocks: started groups' shared prefixes and own blocks in flight
+        self.waiting = 0  # followers of started groups not yet sent
+        self.left = [g.stop - g.start for g in self.groups]  # requests not yet answered
+        self.mean_own = sum(room.own) / len(room.own) if room is not None and room.own else 0.0
 
     async def take(self) -> tuple[int, int] | None:
         async with self.cond:
@@ -235,28 +339,76 @@ class AsyncDispatcher(_Groups):
                     self.stopped = self.halted = True
                     self.cond.notify_all()
                     return None
-                while (
-                    self.open and self.groups[self.open[0]].next >= self.groups[self.open[0]].stop
-                ):
-                    self.open.popleft()
-                if self.open:
-                    return self._pop(self.open[0])
-                if self.unstarted and not self.warming:
-                    index = self.unstarted.popleft()
-                    if self.warm:  # the plan's first request: the rest wait for it
-                        self.warm, self.warming = False, True
-                    return self._pop(index)
+                taken = self.next_request()
+                if taken is not None:
+                    return taken
                 if self.in_flight == 0 and not self.warming:
                     return None
                 await self.cond.wait()
             return None
 
+    def next_request(self) -> tuple[int, int] | None:
+        """The next (group, request) to send now, or ``None`` (call with the lock held).
+
+        The decision of :meth:`take` without waiting: a replay in simulated
+        time drives it with :meth:`finished`.
+        """
+        while self.open and self.groups[self.open[0]].next >= self.groups[self.open[0]].stop:
+            self.open.popleft()
+        if self.open:
+            index = self.open[0]
+            return self._send(index) if self._fits(index) else None
+        if self.unstarted and not self.warming:
+            index = self.unstarted[0]
+            if not self._fits(index):
+                return None
+            self.unstarted.popleft()
+            if self.warm:  # the plan's first request: the rest wait for it
+                self.warm, self.warming = False, True
+            return self._send(index)
+        return None
+
+    def _fits(self, index: int) -> bool:
+        """Whether group ``index``'s next request may go now (always, without ``room``)."""
+        room = self.room
+        if room is None or self.in_flight == 0:
+            return True
+        g = self.groups[index]
+        if g.next > g.start:
+            return True  # a follower uses its group's prefix: never held back
+        free = room.limit - self.held - room.own[g.next] - room.shared[index]
+        # The new group's prefix waits behind the followers already waiting; while
+        # they run, each evicts about its own blocks: start it only if it outlives them.
+        return free >= 0 and (self.waiting - self.workers) * self.mean_own < free
+
+    def _send(self, index: int) -> tuple[int, int]:
+        room = self.room
+        if room is not None:
+            g = self.groups[index]
+            if g.next == g.start:
+                self.held += room.shared[index]
+                self.waiting += g.stop - g.start - 1
+            else:
+                self.waiting -= 1
+            self.held += room.own[g.next]
+        return self._pop(index)
+
     async def done(self, index: int, request: int) -> None:
         async with self.cond:
-            if request == self.groups[index].start:
-                self._open(index)
-            self.in_flight -= 1
+            self.finished(index, request)
             self.cond.notify_all()
+
+    def finished(self, index: int, request: int) -> None:
+        """Request ``request`` of group ``index`` is answered (call with the lock held)."""
+        if request == self.groups[index].start:
+            self._open(index)
+        self.in_flight -= 1
+        room = self.room
+        if room is not None:
+            self.held -= room.own[request]
+            self.left[index] -= 1
+            if not self.left[index]:
+                self.held -= room.shared[index]
 
     async def release(self, index: int) -> None:
         """Let group ``index``'s other requests go before its leader is answered."""
@@ -289,6 +441,7 @@ async def run_async(
     halted: list[bool] | None = None,
     hold: Callable[[Request], float] | None = None,
     warm: bool = False,
+    room: Room | None = None,
 ) -> None:
     """Send ``plan`` with up to ``workers`` requests in flight (:class:`AsyncDispatcher`).
 
@@ -300,8 +453,9 @@ async def run_async(
     wait for their leader at most ``hold(leader)`` seconds: a leader that
     hangs does not hold its whole group back. With ``warm``, the plan's first
     request goes alone, before any other group's (its head is everyone's).
+    With ``room``, what is sent keeps to what the cache holds (:func:`room_for`).
     """
-    dispatcher = AsyncDispatcher(plan, warm=warm)
+    dispatcher = AsyncDispatcher(plan, warm=warm, room=room, workers=workers)
     dispatcher.should_stop = should_stop
     failures: list[BaseException] = []
 

@@ -49,7 +49,7 @@ from semframe.errors import (
     plural,
 )
 from semframe.runtime.deadlines import Deadlines, InFlight
-from semframe.runtime.dispatch import backoff, run_async, run_threads
+from semframe.runtime.dispatch import Room, backoff, room_for, run_async, run_threads
 from semframe.runtime.pacing import Pacer, Ticket, account_of
 from semframe.runtime.progress import Progress
 from semframe.runtime.stats import RunStats, record_run
@@ -519,6 +519,7 @@ def execute(
                     halted=halted,
                     hold=None if deadlines is None else deadlines.hold,
                     warm=warm,
+                    room=_room(send, plan, backend, workers),
                 )
             )
         elif workers == 1:
@@ -618,6 +619,28 @@ def interrupted_message(answered: int, rows: int, *, stored: bool, in_flight: in
             "dropped: the provider may bill them."
         )
     return text
+
+
+def _room(send: Plan, plan: Plan, backend: Backend, workers: int) -> Room | None:
+    """What the backend's bounded shared cache holds of ``send`` (``None``: no bound to keep).
+
+    The capacity is the one ``plan`` was made for (:attr:`Plan.capacity`),
+    shared by ``workers``; sizes in the backend's tokens per character of a
+    sample of prompts, outputs at ``max_tokens`` (vLLM grows a request's
+    blocks as it decodes; this is the most it can take).
+    """
+    capacity = plan.capacity
+    if capacity is None or capacity.tokens is None or capacity.slots or not send.requests:
+        return None
+    sample = [r.prompt for r in send.requests[:16]]
+    chars = sum(map(len, sample))
+    tokens = sum(len(t) for t in backend.cost.tokenizer().encode(sample))
+    return room_for(
+        send,
+        dataclasses.replace(capacity, concurrency=workers),
+        tokens_per_char=tokens / chars if chars else 0.25,
+        output_tokens=send.relquery.max_tokens,
+    )
 
 
 def _async_driver(
