@@ -432,11 +432,17 @@ def main() -> None:
     parser.add_argument("--movies", type=int, default=150_000)
     parser.add_argument("--measured-rows", type=int, default=600)
     parser.add_argument("--delay", type=float, default=0.01)
-    parser.add_argument("--skip-measured", action="store_true")
+    parser.add_argument(
+        "--skip-measured",
+        action="store_true",
+        help="redo the simulation only (keep the measured part of the last results)",
+    )
     args = parser.parse_args()
     result: dict[str, Any] = {"machine": f"{platform.machine()}, {platform.processor() or ''}"}
     if not args.skip_measured:
         result["measured"] = measured(args.measured_rows, 24, args.delay, (1, 2, 4))
+    elif RESULTS.exists() and "measured" in (last := json.loads(RESULTS.read_text())):
+        result["measured"] = last["measured"]
     result["simulated"] = simulate(args.rows, args.movies, (8, 16, 32, 64))
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     plot(result)

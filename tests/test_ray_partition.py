@@ -122,6 +122,23 @@ def test_a_large_group_is_split_at_its_sub_prefix_not_by_rows() -> None:
         assert len({where[i] for i, c in critic_of.items() if c == critic}) == 1
 
 
+def test_a_group_without_a_deeper_level_is_cut_into_runs_of_rows() -> None:
+    # One movie holds 600 of 640 rows and nothing below it is shared: it must be cut,
+    # into a few contiguous runs (each paying its prefix once), not 600 single rows.
+    movies = ["Alien"] * 600 + [f"movie {m}" for m in range(20) for _ in range(2)]
+    reviews = [f"review {i} " + "x" * (i % 37) for i in range(640)]
+    table = Table.from_columns({"movie": movies, "review": reviews})
+    rq = RelQuery("map", parse_template("Rate {review} of {movie}"), table, TEXT)
+    plan = make_plan(rq, reorder.order(table, "ggr"), "ggr")
+    part = partition(plan.requests, plan.groups, 4)
+    assert part.row_splits >= 1
+    units = [u for us in part.units for u in us]
+    assert sorted(i for shard in part.shards for i in shard) == list(range(640))
+    assert len(units) < 21 + 4 * 40  # the other groups plus runs of about 5% of a share
+    assert all(u.stop > u.start for u in units)
+    assert part.balance <= 1.05 + max(u.work() for u in units) / (part.total_work / 4)
+
+
 def test_replica_cache_pays_a_prefix_once_per_replica() -> None:
     a = Unit(0, 3, ((1, 0, 100),), 30)
     b = Unit(3, 6, ((1, 0, 100), (2, 3, 10)), 30)

@@ -6,8 +6,8 @@ prefix is prefilled once on the replica it lands on; split across two
 replicas it is prefilled twice. :func:`partition` therefore moves whole
 prefix groups, balancing their estimated work, largest first (LPT); a group
 too large for a fair share is split at a sub-prefix boundary (the deeper
-levels of ``Request.prefix``), and row by row only when it has no deeper
-level. :func:`replica_cache` counts what each replica's prefix cache serves
+levels of ``Request.prefix``), and into runs of rows only when it has no
+deeper level. :func:`replica_cache` counts what each replica's prefix cache serves
 under a partition: a prefix is paid once per replica it lands on.
 
 Work is counted in prompt characters (a stand-in for prefill tokens) plus a
@@ -20,6 +20,7 @@ functions.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -108,7 +109,7 @@ class Partition:
     splits : int
         Units split at a sub-prefix boundary.
     row_splits : int
-        Units split row by row (they had no deeper prefix level).
+        Units split into runs of rows (they had no deeper prefix level).
     """
 
     units: tuple[tuple[Unit, ...], ...]
@@ -146,15 +147,22 @@ class Partition:
         )
 
 
-def _lpt(units: Sequence[Unit], replicas: int, per_request: float) -> list[list[Unit]]:
-    """Largest first, each unit to the least-loaded replica (ties: lowest index)."""
+Ranked = list[tuple[float, int, Unit]]
+"""Units with their negated work and start: sorted, the largest (then the first) come first."""
+
+
+def _place(ranked: Ranked, replicas: int) -> tuple[list[list[Unit]], list[float]]:
+    """Largest first, each unit to the least-loaded replica (ties: lowest index); the loads."""
     bins: list[list[Unit]] = [[] for _ in range(replicas)]
     heap = [(0.0, r) for r in range(replicas)]
-    for unit in sorted(units, key=lambda u: (-u.work(per_request), u.start)):
+    for negative, _, unit in ranked:
         load, r = heapq.heappop(heap)
         bins[r].append(unit)
-        heapq.heappush(heap, (load + unit.work(per_request), r))
-    return bins
+        heapq.heappush(heap, (load - negative, r))
+    loads = [0.0] * replicas
+    for load, r in heap:
+        loads[r] = load
+    return bins, loads
 
 
 def assign(
@@ -171,8 +179,9 @@ def assign(
     The units are placed largest first on the least-loaded replica. While the
     most-loaded replica holds more than ``(1 + tolerance)`` times the mean
     load, the largest unit that can be split is replaced by its pieces
-    (``split``: sub-prefix runs, or rows when it has no deeper level) and
-    the units are placed again. A unit is never split when the placement is
+    (``split``: sub-prefix runs, or rows when it has no deeper level, joined
+    into contiguous runs of about ``tolerance`` times a fair share) and the
+    units are placed again. A unit is never split when the placement is
     already balanced, so prefix groups stay whole whenever they can.
 
     Parameters
@@ -210,21 +219,18 @@ def assign(
         msg = f"replicas must be at least 1, got {replicas}"
         raise ValueError(msg)
     limit = 4 * replicas + 64 if max_splits is None else max_splits
-    current = list(units)
+    ranked: Ranked = sorted((-u.work(per_request), u.start, u) for u in units)
     done: set[int] = set()  # ids of units that cannot be split
     splits = row_splits = 0
     while True:
-        bins = _lpt(current, replicas, per_request)
-        loads = [sum(u.work(per_request) for u in b) for b in bins]
+        bins, loads = _place(ranked, replicas)
         mean = sum(loads) / replicas
         if max(loads, default=0.0) <= (1 + tolerance) * mean or splits + row_splits >= limit:
             break
-        candidates = sorted(
-            (u for u in current if len(u) > 1 and id(u) not in done),
-            key=lambda u: (-u.work(per_request), u.start),
-        )
         pieces = None
-        for unit in candidates:
+        for at, (_, _, unit) in enumerate(ranked):  # the largest unit that splits
+            if len(unit) < 2 or id(unit) in done:
+                continue
             found = split(unit)
             if found is None or len(found[0]) < 2:
                 done.add(id(unit))
@@ -234,12 +240,48 @@ def assign(
                 splits += 1
             else:
                 row_splits += 1
-            current = [p for u in current for p in (pieces if u is unit else (u,))]
+                pieces = _runs(pieces, tolerance * mean, per_request)
+            del ranked[at]
+            for piece in pieces:
+                bisect.insort(ranked, (-piece.work(per_request), piece.start, piece))
             break
         if pieces is None:
             break
     ordered = tuple(tuple(sorted(b, key=lambda u: u.start)) for b in bins)
     return Partition(ordered, tuple(loads), per_request, splits, row_splits)
+
+
+def _runs(rows: Sequence[Unit], target: float, per_request: float) -> tuple[Unit, ...]:
+    """A unit's ``rows`` (in order) joined into contiguous runs of at least ``target`` work.
+
+    The rows of a unit split row by row share its prefix and nothing deeper, so
+    a run of them pays that prefix once and its rows' own characters: placing
+    runs of about ``tolerance`` times a replica's fair share balances as well
+    as placing single rows (a largest-first placement overshoots by at most
+    one piece), without one unit per row. Rows with different prefixes are
+    left as they are.
+
+    Examples
+    --------
+    >>> rows = [Unit(i, i + 1, ((1, 0, 10),), 5) for i in range(6)]
+    >>> [(u.start, u.stop, u.rest) for u in _runs(rows, 30.0, 0.0)]
+    [(0, 4, 20), (4, 6, 10)]
+    """
+    chain = rows[0].chain if rows else ()
+    if len(rows) < 2 or target <= 0 or any(r.chain != chain for r in rows):
+        return tuple(rows)
+    shared = rows[0].shared
+    out: list[Unit] = []
+    first, rest, reuse = 0, 0, 0
+    for i, row in enumerate(rows):
+        rest += row.rest
+        reuse += row.reuse
+        if shared + rest - reuse + per_request * (i + 1 - first) >= target:
+            out.append(Unit(rows[first].start, row.stop, chain, rest, reuse))
+            first, rest, reuse = i + 1, 0, 0
+    if first < len(rows):
+        out.append(Unit(rows[first].start, rows[-1].stop, chain, rest, reuse))
+    return tuple(out)
 
 
 def _head(requests: Sequence[Request]) -> int:
@@ -360,7 +402,7 @@ def partition(
     own characters and ``per_request`` each. Units go largest first to the
     least-loaded replica (LPT); while the loads differ by more than
     ``tolerance``, the largest group is split at its next prefix level
-    (``Request.prefix``), and row by row only when it has none
+    (``Request.prefix``), and into runs of rows only when it has none
     (:func:`assign`).
 
     Parameters
