@@ -23,6 +23,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from semframe import ray as ray  # semframe.ray.map(ds, ...): Ray Data (imports no Ray)
 from semframe._version import __version__
 from semframe.accessor import LLMAccessor
 from semframe.backends import describe

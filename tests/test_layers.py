@@ -39,6 +39,7 @@ TOP_LEVEL = {
     "__main__": "api",  # python -m semframe
     "accessor": "api",
     "cli": "api",
+    "ray": "api",  # semframe.ray: the operators over a ray.data.Dataset (one module)
 }
 TESTING = "testing"  # test doubles: may import anything but the api; nothing imports them
 

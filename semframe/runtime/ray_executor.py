@@ -11,7 +11,8 @@ outcome back as soon as it has one. The driver stores answers in the result
 cache as they arrive, draws one progress line, and puts the outcomes back in
 plan order (the caller's order is restored by :func:`~semframe.runtime.call.run_call`).
 
-Faults: a replica that dies mid-run (its actor killed, its node lost) has
+Faults: a replica that dies mid-run (its actor killed, its node lost, or a
+batch of its answers lost with its node: the replica is then killed) has
 its unanswered requests partitioned again over the replicas still alive;
 rows whose answers reached the driver are never sent again. Where the backend
 bills (``Backend.endpoint`` set), what the dead replica may have had in flight
@@ -83,6 +84,7 @@ __all__ = [
     "execute_ray",
     "in_flight_window",
     "live_replicas",
+    "release_other_replicas",
     "replica_settings",
     "require_ray",
     "shutdown_replicas",
@@ -439,16 +441,36 @@ def _start(ray: Any, index: int, args: tuple[Any, ...], cfg: Mapping[str, Any]) 
     return actor_class.remote(index, *args)
 
 
-def _pool_for(ray: Any, settings: ResolvedConfig, backend: Backend) -> _Pool:
-    """The replicas for ``settings``: reused while alive, replaced when dead or reconfigured."""
-    global _pool
+def _pool_identity(settings: ResolvedConfig, backend: Backend) -> tuple[str, tuple[Any, ...]]:
+    """The key of the pool ``settings`` run on, and the arguments its replicas are built with."""
     name = settings["backend"]
     spec = BACKENDS[name]
     n = settings["replicas"]
     cfg = replica_settings(settings, backend, n)
     env = {k: os.environ[k] for k in spec.secrets if os.environ.get(k)}
-    key = _pool_key(name, spec, cfg, env) + f"/{n}"
-    args = (name, spec, cfg, env)
+    return _pool_key(name, spec, cfg, env) + f"/{n}", (name, spec, cfg, env)
+
+
+def release_other_replicas(settings: ResolvedConfig, backend: Backend) -> None:
+    """Kill the replicas kept from an earlier run unless a run with ``settings`` reuses them.
+
+    What a run does when it starts; :mod:`semframe.ray` does it before Ray Data
+    reads a Dataset, so that replicas of other settings do not hold the CPUs
+    that Ray Data's tasks need.
+    """
+    global _pool
+    key, _ = _pool_identity(settings, backend)
+    with _pool_lock:
+        if _pool is not None and _pool.key != key:
+            _kill(require_ray(), _pool.actors)
+            _pool = None
+
+
+def _pool_for(ray: Any, settings: ResolvedConfig, backend: Backend) -> _Pool:
+    """The replicas for ``settings``: reused while alive, replaced when dead or reconfigured."""
+    global _pool
+    n = settings["replicas"]
+    key, args = _pool_identity(settings, backend)
     with _pool_lock:
         if _pool is not None and _pool.key != key:
             _kill(ray, _pool.actors)
@@ -578,7 +600,13 @@ class _Run:
             stream = actor.run.options(num_returns="streaming").remote(shard)
             for ref in stream:
                 self.events.put(("answers", number, ray.get(ref)))
-        except ray.exceptions.RayActorError as exc:
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
+            # The replica died (its actor killed, its node lost) or cannot be reached, or
+            # a batch of its answers was lost with its node (a batch over Ray's inline
+            # limit, 100 KiB, waits in the object store of the replica's node). It must
+            # send nothing more: its unanswered requests go to the others.
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
             self.events.put(("died", number, exc))
             return
         except BaseException as exc:
