@@ -51,7 +51,7 @@ from typing import Any
 import pandas as pd
 
 import semframe
-from semframe.backends import local
+from semframe.backends import get_backend, reset_backends
 from semframe.testing.emulator import Latency, ProviderEmulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -113,12 +113,12 @@ def lotus(job: dict[str, Any], python: Path) -> dict[str, Any]:
 
 
 def fresh_engine(parallel: int) -> str:
-    """A new embedded server (no cache carried over); returns its URL."""
-    local._backends.clear()
-    local._engines.clear()
+    """A new embedded server (no cache carried over) for the next call; returns its URL."""
+    reset_backends("local")
     gc.collect()
-    backend = local.create(None, {"local_parallel": parallel})
-    return backend.engine.address
+    backend: Any = get_backend("local", model=None, settings={"local_parallel": parallel})
+    address: str = backend.engine.address
+    return address
 
 
 def semframe_call(df: pd.DataFrame, op: str, **kw: Any) -> tuple[list[Any], float, Any]:
@@ -131,7 +131,15 @@ def semframe_call(df: pd.DataFrame, op: str, **kw: Any) -> tuple[list[Any], floa
         kept, errors = set(out.index[~failed]), set(out.index[failed])
         answers: list[Any] = [None if i in errors else i in kept for i in df.index]
     else:
-        out = df.llm.map(template, out="_ans", max_tokens=MAX_TOKENS[op], errors="keep", **kw)
+        # A cut answer is kept, as LOTUS keeps it (by default semframe asks again).
+        out = df.llm.map(
+            template,
+            out="_ans",
+            max_tokens=MAX_TOKENS[op],
+            errors="keep",
+            truncated="keep",
+            **kw,
+        )
         answers = [None if pd.isna(v) else str(v) for v in out["_ans"]]
     wall = time.perf_counter() - start
     return answers, wall, semframe.last_run()
@@ -215,8 +223,7 @@ def local_runs(args: argparse.Namespace, positions: list[int]) -> list[dict[str,
                     f"{run['prompt_tokens']:,}, cached {run['cached_tokens']:,}",
                     flush=True,
                 )
-    local._backends.clear()
-    local._engines.clear()
+    reset_backends("local")
     gc.collect()
     return runs
 

@@ -339,6 +339,7 @@ class _Engine:
         # KV cache; without it llama.cpp re-processes every prompt from the start.
         params.swa_full = True
         params.warmup = False
+        params.endpoint_metrics = True  # /metrics: busy slots per decode, token counters
         params.verbosity = -1  # llama.cpp logs nothing (a process-wide setting)
         if key.chat_template is not None:
             params.chat_template = key.chat_template
