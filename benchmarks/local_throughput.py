@@ -53,7 +53,16 @@ import semframe
 from semframe.backends import reset_backends
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vs_lotus import DATA, LOTUS_PY, MAX_TOKENS, TEMPLATES, fresh_engine, lotus, semframe_call
+from vs_lotus import (
+    DATA,
+    LOTUS_PY,
+    MAX_TOKENS,
+    TEMPLATES,
+    fresh_engine,
+    lotus_local,
+    semframe_call,
+    semframe_counts,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "local_throughput.json"
@@ -131,34 +140,10 @@ def one_run(
             answers, wall, st = semframe_call(
                 df, op, progress="off", backend="local", local_parallel=args.parallel
             )
-            tokens = {
-                "prompt_tokens": st.prompt_tokens,
-                "cached_tokens": st.cached_tokens,
-                "output_tokens": st.output_tokens,
-                "errors": st.errors,
-                "retries": st.retries,
-            }
+            tokens = semframe_counts(st) | {"retries": st.retries}
         else:
-            res = lotus(
-                {
-                    "csv": str(DATA),
-                    "rows": positions,
-                    "op": op,
-                    "template": TEMPLATES[op],
-                    "model": "openai/smollm2-135m",
-                    "api_base": url + "/v1",
-                    "api_key": "sk-local",
-                    "max_batch_size": args.parallel,
-                    "max_tokens": MAX_TOKENS[op],
-                },
-                args.lotus_python,
-            )
+            res, tokens = lotus_local(op, positions, url, args.parallel, args.lotus_python)
             answers, wall = res["answers"], res["wall_s"]
-            tokens = {
-                key: sum(u.get(key, 0) for u in res["usage"])
-                for key in ("prompt_tokens", "cached_tokens", "output_tokens")
-            }
-            tokens["errors"] = sum("error" in u for u in res["usage"])
             tokens["lotus_fields"] = res["fields"]  # its field order differs per process
     server = metrics(url)
     # Occupancy over the call itself: from the first busy sample to the last.

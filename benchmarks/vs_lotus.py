@@ -112,6 +112,42 @@ def lotus(job: dict[str, Any], python: Path) -> dict[str, Any]:
     return out
 
 
+def lotus_local(
+    op: str, positions: list[int], url: str, parallel: int, python: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One LOTUS call over the local engine at ``url``: its result, and its token counts."""
+    res = lotus(
+        {
+            "csv": str(DATA),
+            "rows": positions,
+            "op": op,
+            "template": TEMPLATES[op],
+            "model": "openai/smollm2-135m",
+            "api_base": url + "/v1",
+            "api_key": "sk-local",
+            "max_batch_size": parallel,
+            "max_tokens": MAX_TOKENS[op],
+        },
+        python,
+    )
+    counts: dict[str, Any] = {
+        key: sum(u.get(key, 0) for u in res["usage"])
+        for key in ("prompt_tokens", "cached_tokens", "output_tokens")
+    }
+    counts["errors"] = sum("error" in u for u in res["usage"])
+    return res, counts
+
+
+def semframe_counts(stats: Any) -> dict[str, Any]:
+    """Token counts and errors of a semframe run (``semframe.last_run()``)."""
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "cached_tokens": stats.cached_tokens,
+        "output_tokens": stats.output_tokens,
+        "errors": stats.errors,
+    }
+
+
 def fresh_engine(parallel: int) -> str:
     """A new embedded server (no cache carried over) for the next call; returns its URL."""
     reset_backends("local")
@@ -181,33 +217,11 @@ def local_runs(args: argparse.Namespace, positions: list[int]) -> list[dict[str,
                         }
                     )
                     answers, wall, st = semframe_call(df, op, progress="off", **where)
-                    run = {
-                        "prompt_tokens": st.prompt_tokens,
-                        "cached_tokens": st.cached_tokens,
-                        "output_tokens": st.output_tokens,
-                        "errors": st.errors,
-                    }
+                    run = semframe_counts(st)
                 else:
-                    res = lotus(
-                        {
-                            "csv": str(DATA),
-                            "rows": positions,
-                            "op": op,
-                            "template": TEMPLATES[op],
-                            "model": "openai/smollm2-135m",
-                            "api_base": url + "/v1",
-                            "api_key": "sk-local",
-                            "max_batch_size": args.parallel,
-                            "max_tokens": MAX_TOKENS[op],
-                        },
-                        args.lotus_python,
-                    )
+                    res, run = lotus_local(op, positions, url, args.parallel, args.lotus_python)
                     answers, wall = res["answers"], res["wall_s"]
-                    run = {
-                        "prompt_tokens": sum(u.get("prompt_tokens", 0) for u in res["usage"]),
-                        "cached_tokens": sum(u.get("cached_tokens", 0) for u in res["usage"]),
-                        "output_tokens": sum(u.get("output_tokens", 0) for u in res["usage"]),
-                        "errors": sum("error" in u for u in res["usage"]),
+                    run |= {
                         "fields": res["fields"],
                         "first_request": res["first_request"],
                     }
