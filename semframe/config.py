@@ -224,11 +224,12 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "timeout",
-            _positive_float,
-            120.0,
+            _opt_positive_float,
+            None,
             "Most seconds one attempt of an API request may wait for its answer. Each "
             "attempt's own limit is scaled to the request (10 s, plus 0.05 s per max_tokens "
-            "and 0.2 ms per prompt character), up to this.",
+            "and 0.2 ms per prompt character), up to this. None: the backend's own, 120 s "
+            "(900 s on OpenAI's slower flex tier, as OpenAI's flex guide advises).",
         ),
         Setting(
             "connect_timeout",

@@ -213,6 +213,34 @@ def test_the_estimate_says_what_flex_means(monkeypatch: pytest.MonkeyPatch) -> N
     assert est.price is not None and est.price.service_tier == "flex"
 
 
+def test_flex_wall_time_is_a_lower_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flex answers come slower than the modelled default tier: the estimate says "at least"."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    template = RUBRIC + " {movie} {review}"
+    flex = _frame().llm.estimate(
+        template, op="map", **_settings(model="gpt-5", service_tier="flex")
+    )
+    plain = _frame().llm.estimate(template, op="map", **_settings(model="gpt-5"))
+    assert flex.wall_at_least and not plain.wall_at_least
+    assert flex.planned.wall_seconds is not None
+    assert "≥ " in repr(flex) and "≥" not in repr(plain)
+    assert flex.timing is not None and "at least" in flex.timing.describe()
+    assert plain.timing is not None and "at least" not in plain.timing.describe()
+
+
+def test_flex_waits_longer_for_an_answer(emu: ProviderEmulator) -> None:
+    """OpenAI's flex guide raises the client timeout to 15 minutes; an explicit one wins."""
+    url = emu.openai_url
+    flex = OpenAIBackend("gpt-5", base_url=url, service_tier="flex")
+    plain = OpenAIBackend("gpt-5", base_url=url)
+    assert flex.capabilities.answer_timeout == 900.0
+    assert plain.capabilities.answer_timeout == 120.0
+    assert flex._client.timeout.read == 900.0 and plain._client.timeout.read == 120.0
+    own = OpenAIBackend("gpt-5", base_url=url, service_tier="flex", timeout=30.0)
+    assert own._client.timeout.read == 30.0
+    assert semframe.config(backend="openai")["timeout"] is None  # the backend's own
+
+
 def test_a_batch_run_with_a_tier_is_billed_at_the_batch_price(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:

@@ -618,12 +618,12 @@ def test_backend_factory_gets_every_setting_with_defaults() -> None:
         assert len(calls) == 1
         model, got = calls[0]
         assert model is None
-        assert got["timeout"] == 120.0
+        assert got["timeout"] is None  # the backend's own
         assert set(got) == set(SETTINGS)
         assert got == {k: s.default for k, s in SETTINGS.items()}
 
         # instances differ by the settings the spec declares, and only by those
-        assert get_backend("spine_rec", model=None, settings={"timeout": 120.0}) is first
+        assert get_backend("spine_rec", model=None, settings={"timeout": None}) is first
         assert get_backend("spine_rec", model=None, settings={"max_retries": 9}) is first
         other = get_backend("spine_rec", model=None, settings={"timeout": 5.0})
         assert other is not first

@@ -32,7 +32,7 @@ from typing import Any
 
 from semframe.backends import aio as _aio
 from semframe.backends._api import ApiBackend, custom_id, jsonable, request_id_of, scrub
-from semframe.backends.base import BatchResult, BatchStatus, Capabilities
+from semframe.backends.base import DEFAULT_TIMEOUT, BatchResult, BatchStatus, Capabilities
 from semframe.core.wire import Completion, Request, Usage
 from semframe.cost.models import (
     AnthropicCost,
@@ -89,7 +89,7 @@ class AnthropicBackend(ApiBackend):
         *,
         client: Any = None,
         base_url: str | None = None,
-        timeout: float = 120.0,
+        timeout: float = DEFAULT_TIMEOUT,
         max_concurrency: int = MAX_CONCURRENCY,
         cache_ttl: str = "5m",
         prices: Mapping[str, Mapping[str, Any]] | None = None,
@@ -258,7 +258,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> AnthropicBackend:
         model or DEFAULT_MODEL,
         client=settings["client"],
         base_url=settings["base_url"],
-        timeout=settings["timeout"],
+        timeout=settings["timeout"] or DEFAULT_TIMEOUT,
         max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
         cache_ttl=settings["cache_ttl"],
         prices=settings["prices"],

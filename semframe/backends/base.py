@@ -21,6 +21,7 @@ from semframe.cost.models import CostModel
 from semframe.errors import RequestRejected, TransientError
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "AsyncBackend",
     "Backend",
     "BatchBackend",
@@ -32,6 +33,10 @@ __all__ = [
     "TokenLogprob",
     "Usage",
 ]
+
+DEFAULT_TIMEOUT = 120.0
+"""Seconds one attempt of a request may wait for its answer, unless the backend or the
+``timeout`` setting says otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,10 @@ class Capabilities:
         operators ask the question again after each row's fields, short values
         inline, and name fields in words rather than ``[brackets]`` it would
         copy (``RelQuery.restate``). The instructions stay first and shared.
+    answer_timeout : float
+        The most seconds one attempt waits for its answer where the ``timeout``
+        setting is not given (:data:`DEFAULT_TIMEOUT`; a slower service tier
+        declares more).
     """
 
     prefix_cache: Literal["none", "per_slot", "shared"] = "none"
@@ -88,6 +97,7 @@ class Capabilities:
     batch_limit: int = 0
     calibrate: bool = False
     restate: bool = False
+    answer_timeout: float = DEFAULT_TIMEOUT
 
 
 @runtime_checkable

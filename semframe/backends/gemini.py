@@ -50,7 +50,7 @@ from semframe.backends._api import (
     retry_after,
     scrub,
 )
-from semframe.backends.base import BatchResult, BatchStatus, Capabilities
+from semframe.backends.base import DEFAULT_TIMEOUT, BatchResult, BatchStatus, Capabilities
 from semframe.core.wire import Completion, Request, Usage
 from semframe.cost.models import TTL_SECONDS, GeminiCost, cache_key, gemini_cost
 from semframe.errors import (
@@ -266,7 +266,7 @@ class GeminiBackend(ApiBackend):
         *,
         client: Any = None,
         base_url: str | None = None,
-        timeout: float = 120.0,
+        timeout: float = DEFAULT_TIMEOUT,
         max_concurrency: int = MAX_CONCURRENCY,
         cache_ttl: str = "5m",
         prices: Mapping[str, Mapping[str, Any]] | None = None,
@@ -622,7 +622,7 @@ def create(model: str | None, settings: Mapping[str, Any]) -> GeminiBackend:
         model or DEFAULT_MODEL,
         client=settings["client"],
         base_url=settings["base_url"],
-        timeout=settings["timeout"],
+        timeout=settings["timeout"] or DEFAULT_TIMEOUT,
         max_concurrency=settings["max_concurrency"] or MAX_CONCURRENCY,
         cache_ttl=settings["cache_ttl"],
         prices=settings["prices"],

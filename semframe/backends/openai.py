@@ -47,12 +47,16 @@ from semframe.backends._api import (
     request_id_of,
     scrub,
 )
-from semframe.backends.base import BatchResult, BatchStatus, Capabilities
+from semframe.backends.base import DEFAULT_TIMEOUT, BatchResult, BatchStatus, Capabilities
 from semframe.core.wire import Completion, Request, TokenLogprob, Usage
 from semframe.cost.models import OpenAICost, openai_cost, routing_key
 from semframe.errors import ConfigError, MissingDependencyError, RequestRejected, TransientError
 
 DEFAULT_MODEL = "gpt-4.1-mini"
+FLEX_TIMEOUT = 900.0
+"""Seconds an attempt on the flex tier may wait by default: OpenAI's flex guide
+(developers.openai.com/api/docs/guides/flex-processing, stored copy read 2026-11-24)
+raises the client timeout to 15 minutes "due to slower processing speeds"."""
 MAX_CONCURRENCY = 64
 """Requests in flight when the ``max_concurrency`` setting does not say."""
 BATCH_LIMIT = 50_000
@@ -133,8 +137,10 @@ class OpenAIBackend(ApiBackend):
         the SDK's retries off (semframe retries, honouring ``Retry-After``).
     base_url : str, optional
         Server URL (``http://127.0.0.1:8080/v1`` for a llama.cpp server).
-    timeout : float
-        Seconds per request.
+    timeout : float, optional
+        Seconds per request; by default :data:`FLEX_TIMEOUT` on the flex tier,
+        else :data:`~semframe.backends.base.DEFAULT_TIMEOUT` (the backend's
+        ``capabilities.answer_timeout``).
     max_concurrency : int
         Requests in flight at once.
     prices : mapping, optional
@@ -168,7 +174,7 @@ class OpenAIBackend(ApiBackend):
         *,
         client: Any = None,
         base_url: str | None = None,
-        timeout: float = 120.0,
+        timeout: float | None = None,
         max_concurrency: int = MAX_CONCURRENCY,
         prices: Mapping[str, Mapping[str, Any]] | None = None,
         connect_timeout: float = 10.0,
@@ -211,8 +217,12 @@ class OpenAIBackend(ApiBackend):
             raise ConfigError(msg)
         else:
             self._compatible = self._compatible or "api.openai.com" not in str(client.base_url)
+        # Flex answers come slower: cutting them at the standard limit would send
+        # again (and may bill again) requests the provider is still answering.
+        answer_timeout = FLEX_TIMEOUT if service_tier == "flex" else DEFAULT_TIMEOUT
         self._client = client.with_options(
-            timeout=openai.Timeout(timeout, connect=connect_timeout), max_retries=0
+            timeout=openai.Timeout(timeout or answer_timeout, connect=connect_timeout),
+            max_retries=0,
         )
         self._async = isinstance(client, openai.AsyncOpenAI)
         self._secrets = (getattr(client, "api_key", None),)
@@ -238,6 +248,7 @@ class OpenAIBackend(ApiBackend):
             async_io=True,
             batch_api=True,
             batch_limit=BATCH_LIMIT,
+            answer_timeout=answer_timeout,
         )
 
     def __repr__(self) -> str:

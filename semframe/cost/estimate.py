@@ -371,6 +371,21 @@ class Estimate:
         return (self.dollars or 0.0) > (budget.dollars or 0.0)
 
     @property
+    def wall_at_least(self) -> bool:
+        """Whether the wall times are lower bounds (a tier slower than its modelled latency).
+
+        Examples
+        --------
+        >>> from semframe.cost.models import LatencyModel, Timing
+        >>> none = Figures(0, 0, 0, 0, 0, 0, None, None, None)
+        >>> timing = Timing(LatencyModel(at_least=True), 16, workers=8)
+        >>> est = Estimate("map", "openai", "gpt-5-mini", "ggr", 0, none, none, timing=timing)
+        >>> est.wall_at_least
+        True
+        """
+        return self.timing is not None and self.timing.latency.at_least
+
+    @property
     def _bound(self) -> bool:
         """Output priced at ``max_tokens`` (no probe): output, dollars and time are bounds."""
         return self.output_source == "max_tokens"
@@ -379,8 +394,10 @@ class Estimate:
         def money(x: float | None) -> str:
             return "-" if x is None else f"${x:,.4f}"
 
+        at_least = "≥ " if self.wall_at_least else ""
+
         def secs(x: float | None) -> str:
-            return "uncalibrated" if x is None else f"{x:,.1f} s"
+            return "uncalibrated" if x is None else f"{at_least}{x:,.1f} s"
 
         p, o = self.planned, self.original
         approx = "" if self.exact_tokens else " (approx.)"
@@ -432,7 +449,13 @@ class Estimate:
             (f"wall time{bound if timed else ''}", secs(p.wall_seconds), secs(o.wall_seconds))
         )
         if spans and timed:
-            rows.append((f"  wall time range{bound}", _time_range(p), _time_range(o)))
+            rows.append(
+                (
+                    f"  wall time range{bound}",
+                    at_least + _time_range(p) if p.span else _time_range(p),
+                    at_least + _time_range(o) if o.span else _time_range(o),
+                )
+            )
         return rows
 
     def _head(self) -> str:

@@ -119,7 +119,10 @@ class LatencyModel:
     (requests leave one after another from one I/O loop; 7 ms measured here
     with the official SDKs against the emulator on 2 shared cores). Which
     requests find a prefix cached depends on these times: a request only sees
-    what completed before it arrived.
+    what completed before it arrived. ``at_least`` marks a model that is only
+    a lower bound: a tier slower than the one modelled, by an amount its
+    provider does not publish (OpenAI's flex), so times derived from it are
+    lower bounds too.
 
     Examples
     --------
@@ -131,6 +134,7 @@ class LatencyModel:
     per_output_token_s: float = 0.01
     per_input_token_s: float = 0.0
     send_s: float = 0.007
+    at_least: bool = False
 
     def seconds(self, output_tokens: float, uncached_input_tokens: float = 0.0) -> float:
         """Seconds from arrival to completion of one request."""
@@ -248,7 +252,8 @@ class Timing:
             parts.append(f"{lat.per_output_token_s:g} s x {self.output_tokens:,.0f} output tokens")
         shape = f" ({' + '.join(parts)})" if len(parts) > 1 else ""
         text = (
-            f"each request answered {_seconds(lat.seconds(self.output_tokens))} after it is "
+            f"each request answered {'at least ' if lat.at_least else ''}"
+            f"{_seconds(lat.seconds(self.output_tokens))} after it is "
             f"sent{shape}, up to {self.workers:,} in flight, one sent every "
             f"{lat.send_s * 1000:g} ms"
         )
@@ -825,6 +830,14 @@ class OpenAICost(_ApiCost):
     def _written(self, usage: Usage) -> int:
         return usage.cache_write_tokens
 
+    def _latency(self, shape: RunShape) -> LatencyModel:
+        latency = super()._latency(shape)
+        if self.service_tier == "flex" and not latency.at_least:
+            # The default tier's answer times; flex answers come slower (OpenAI
+            # publishes no figure), so every time modelled on them is a lower bound.
+            return replace(latency, at_least=True)
+        return latency
+
     def breakpoints(self, request: Request) -> list[int]:
         if not self.by_breakpoints:
             return []
@@ -840,7 +853,8 @@ class OpenAICost(_ApiCost):
             elif tier == "flex":
                 notes.append(
                     f"flex tier: prices at {self.price.tier_multiplier:g}x (the batch price); "
-                    "answers come slower than the modelled latency and may meet 429 "
+                    "answers come slower than the default tier's latency modelled here (OpenAI "
+                    "publishes no flex figure: the wall time is a lower bound) and may meet 429 "
                     "'resource unavailable' (retried, not billed)"
                 )
             else:

@@ -256,7 +256,7 @@ class Replica:
                     progress="off",
                     rpm=cfg["rpm"],
                     tpm=cfg["tpm"],
-                    timeout=cfg["timeout"],
+                    timeout=cfg["timeout"] or self.backend.capabilities.answer_timeout,
                     row_timeout=cfg["row_timeout"],
                     warm=warm_start(meter.cost, cfg["warm_start"]),
                     stop_when=lambda *_: self._stop.is_set(),
