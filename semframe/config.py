@@ -418,7 +418,8 @@ SETTINGS: dict[str, Setting] = {
             "local_threads",
             _opt_positive_int,
             None,
-            "CPU threads of the embedded engine. None: all cores.",
+            "CPU threads of the embedded engine. None: all cores (in a Ray replica, "
+            "the CPUs it reserves: ray_num_cpus).",
         ),
         Setting(
             "local_cache_ram_mib",

@@ -250,3 +250,21 @@ def test_a_new_replica_count_starts_a_new_pool() -> None:
     df.llm.map(TEMPLATE, backend="fake", cache=False, **RAY)
     assert len(semframe.last_run().replicas) == 2  # type: ignore[union-attr]
     assert len(ray_executor.live_replicas()) == 2
+
+
+def test_settings_read_per_run_keep_the_replicas() -> None:
+    """Only what the backend is built from (and the placement) starts new replicas."""
+    df = _movies(8)
+
+    def actors() -> list[str]:
+        return [a._actor_id.hex() for a in ray_executor.live_replicas()]
+
+    df.llm.map(TEMPLATE, backend="fake", cache=False, **RAY)
+    first = actors()
+    # retries, errors and the rest of what a run reads are sent with each run
+    df.llm.map(TEMPLATE, backend="fake", cache=False, max_retries=0, errors="keep", **RAY)
+    assert actors() == first
+    # another model is another backend: new replicas
+    out = df.llm.map(TEMPLATE, backend="fake", model="other", cache=False, **RAY)
+    assert actors() != first and len(actors()) == 2
+    assert out["llm_output"].notna().all()

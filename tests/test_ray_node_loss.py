@@ -164,7 +164,7 @@ class _Actor:
     def options(self, **kwargs: object) -> _Actor:
         return self
 
-    def remote(self, shard: object) -> Iterator[object]:
+    def remote(self, shard: object, settings: object) -> Iterator[object]:
         return iter(self._refs)
 
 

@@ -81,6 +81,12 @@ class BackendSpec:
         ``model -> None`` where the backend can run here, else what it lacks
         and how to install it (``semframe.config()`` says so): a callable or
         its ``"module:function"`` path; ``None``: not checked.
+    threads : str or None
+        The setting (one of :attr:`settings`) giving the CPU threads it
+        computes with, ``None`` there meaning every core: a Ray replica
+        (``executor="ray"``) fills it with the CPUs it reserves
+        (``ray_num_cpus``), so replicas sharing a node do not each take every
+        core. ``None``: it computes on no CPU threads of its own (an API client).
     """
 
     factory: str | Factory
@@ -89,6 +95,7 @@ class BackendSpec:
     cost: str | Factory | None = None
     model: str | ModelRule | None = None
     check: str | Check | None = None
+    threads: str | None = None
 
 
 def _vllm_model(settings: Mapping[str, Any]) -> str | None:
@@ -109,6 +116,7 @@ BACKENDS: dict[str, BackendSpec] = {
         ),
         model="semframe.backends.local:DEFAULT_MODEL",
         check="semframe.backends.local:lacking",
+        threads="local_threads",
     ),
     "openai": BackendSpec(
         "semframe.backends.openai:create",
@@ -162,6 +170,7 @@ def register_backend(
     cost: str | Factory | None = None,
     model: str | ModelRule | None = None,
     check: str | Check | None = None,
+    threads: str | None = None,
 ) -> None:
     """Register (or replace) the backend called ``name``; its instances are rebuilt.
 
@@ -172,7 +181,7 @@ def register_backend(
     factory : str, callable or BackendSpec
         ``(model, settings) -> Backend``, or its ``"module:function"`` path; or
         a whole spec (one saved from :data:`BACKENDS`, say).
-    settings, secrets, cost, model, check
+    settings, secrets, cost, model, check, threads
         As for :class:`BackendSpec` (with a factory).
 
     Examples
@@ -186,7 +195,7 @@ def register_backend(
     spec = (
         factory
         if isinstance(factory, BackendSpec)
-        else BackendSpec(factory, settings, secrets, cost, model, check)
+        else BackendSpec(factory, settings, secrets, cost, model, check, threads)
     )
     with _lock:
         BACKENDS[name] = spec

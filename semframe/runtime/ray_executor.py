@@ -11,6 +11,12 @@ outcome back as soon as it has one. The driver stores answers in the result
 cache as they arrive, draws one progress line, and puts the outcomes back in
 plan order (the caller's order is restored by :func:`~semframe.runtime.call.run_call`).
 
+The replicas outlive a run: a later run whose backend, model, backend
+settings and placement are the same (:func:`pool_key`) reuses them and their
+engines' caches; settings read on the driver only (``errors``, the result
+cache, progress, a budget) or per run (retries, rate limits, timeouts: sent
+with each shard) do not start new ones.
+
 Faults: a replica that dies mid-run (its actor killed, its node lost, or a
 batch of its answers lost with its node: the replica is then killed) has
 its unanswered requests partitioned again over the replicas still alive;
@@ -84,6 +90,7 @@ __all__ = [
     "execute_ray",
     "in_flight_window",
     "live_replicas",
+    "pool_key",
     "release_other_replicas",
     "replica_settings",
     "require_ray",
@@ -187,7 +194,7 @@ class _Meter:
 
 
 class Replica:
-    """A Ray actor's state: one backend, built from the call's settings, and its runs.
+    """A Ray actor's state: one backend, built from the pool's settings, and its runs.
 
     Made into an actor with ``ray.remote`` when a pool starts (Ray is not
     imported by this module).
@@ -202,7 +209,8 @@ class Replica:
         How the driver builds that backend (registered here when it differs,
         so a backend registered in the driver's process works here too).
     settings : ResolvedConfig
-        The replica's settings (:func:`replica_settings`).
+        The settings its backend is built with (:func:`replica_settings`);
+        each run brings its own (:meth:`run`).
     env : mapping
         Environment variables to set first (the backend's credentials).
     """
@@ -219,7 +227,6 @@ class Replica:
         if BACKENDS.get(name) != spec:
             register_backend(name, spec)
         self.index = index
-        self.settings = settings
         self.backend = get_backend(name, model=settings["model"], settings=settings)
         self._stop = threading.Event()
 
@@ -234,10 +241,16 @@ class Replica:
         """Send nothing more in the current run (requests in flight complete)."""
         self._stop.set()
 
-    def run(self, shard: Plan) -> Iterator[list[Answer]]:
-        """Execute ``shard``; yield its outcomes in batches as they arrive."""
+    def run(self, shard: Plan, settings: ResolvedConfig) -> Iterator[list[Answer]]:
+        """Execute ``shard`` with the run's ``settings``; yield its outcomes in batches.
+
+        ``settings`` (:func:`replica_settings` of the run) give what the replica
+        reads per run: concurrency, retries, rate limits, timeouts, warm start.
+        Its backend was built with the pool's (they agree on what the backend
+        reads: :func:`pool_key`).
+        """
         self._stop.clear()
-        cfg = self.settings
+        cfg = settings
         meter = _Meter(self.backend)
         events: queue.SimpleQueue[Answer | BaseException | None] = queue.SimpleQueue()
 
@@ -297,7 +310,12 @@ def replica_settings(settings: ResolvedConfig, backend: Backend, replicas: int) 
     Replicas that reach one endpoint (``backend.endpoint`` set: an API account,
     a vLLM server) get ``max_concurrency``, ``rpm`` and ``tpm`` divided among
     them (at least 1 each); replicas that own their engine keep the full
-    settings. The replicas themselves run in process, without progress.
+    settings. A backend computing on CPU threads of its own
+    (:attr:`BackendSpec.threads <semframe.backends.BackendSpec.threads>`, the
+    embedded engine's ``local_threads``) left at every core gets the CPUs a
+    replica reserves (``ray_num_cpus``, at least 1): replicas sharing a node
+    must not each take all its cores. The replicas themselves run in process,
+    without progress.
 
     Examples
     --------
@@ -310,16 +328,24 @@ def replica_settings(settings: ResolvedConfig, backend: Backend, replicas: int) 
     (16, 250, 'local')
     >>> replica_settings(config(), FakeBackend(), 4)["max_concurrency"] is None
     True
+    >>> replica_settings(config(backend="local", ray_num_cpus=2), FakeBackend(), 4)["local_threads"]
+    2
     """
     values = dict(settings)
+    sources = dict(settings.sources)
     if backend.endpoint is not None:
         cap = settings["max_concurrency"] or backend.capabilities.max_concurrency
         values["max_concurrency"] = max(1, cap // replicas)
         for key in ("rpm", "tpm"):
             if settings[key] is not None:
                 values[key] = max(1, settings[key] // replicas)
+    spec = BACKENDS.get(settings["backend"])
+    threads = spec.threads if spec is not None else None
+    if threads is not None and settings.get(threads) is None:
+        values[threads] = max(1, int(settings["ray_num_cpus"]))
+        sources[threads] = "ray_num_cpus (the CPUs a Ray replica reserves)"
     values.update(executor="local", progress="off", replicas=1)
-    return ResolvedConfig(values, settings.sources)
+    return ResolvedConfig(values, sources)
 
 
 def _reachable(address: str, timeout: float = 3.0) -> None:
@@ -425,10 +451,50 @@ _pool: _Pool | None = None
 _pool_lock = threading.Lock()
 
 
-def _pool_key(name: str, spec: Any, cfg: ResolvedConfig, env: Mapping[str, str]) -> str:
-    relevant = {k: repr(cfg[k]) for k in sorted(cfg) if k not in ("progress",)}
-    text = repr((name, repr(spec), relevant, sorted(env.items())))
-    return hashlib.sha256(text.encode()).hexdigest()
+PLACEMENT = ("replicas", "ray_address", "ray_num_cpus", "ray_num_gpus")
+"""The settings that say how many replicas there are and where they run."""
+
+
+def pool_key(settings: ResolvedConfig, backend: Backend) -> str:
+    """What a pool of replicas for ``settings`` is built from: runs with one key share a pool.
+
+    The backend (its registry name and spec), its model, the settings its spec
+    declares its factory reads (:attr:`BackendSpec.settings
+    <semframe.backends.BackendSpec.settings>`, as each replica gets them:
+    :func:`replica_settings`), the credential it finds (a digest), and the
+    replicas' number and placement (:data:`PLACEMENT`). Nothing else: the
+    settings a replica reads per run (retries, rate limits, timeouts) are sent
+    with each run, and the rest matter on the driver only (``errors``, the
+    result cache, progress, a budget), so changing them keeps the engines.
+
+    Examples
+    --------
+    >>> from semframe.backends.fake import FakeBackend
+    >>> from semframe.config import config
+    >>> fake = FakeBackend()
+    >>> base = pool_key(config(backend="fake"), fake)
+    >>> base == pool_key(config(backend="fake", errors="keep", max_retries=0), fake)
+    True
+    >>> base == pool_key(config(backend="fake", model="other"), fake)
+    False
+    >>> local = pool_key(config(backend="local"), fake)
+    >>> local == pool_key(config(backend="local", local_parallel=2), fake)
+    False
+    """
+    return _pool_identity(settings, backend)[0]
+
+
+def _pool_identity(settings: ResolvedConfig, backend: Backend) -> tuple[str, tuple[Any, ...]]:
+    """The key of the pool ``settings`` run on, and the arguments its replicas are built with."""
+    name = settings["backend"]
+    spec = BACKENDS[name]
+    cfg = replica_settings(settings, backend, settings["replicas"])
+    env = {k: os.environ[k] for k in spec.secrets if os.environ.get(k)}
+    built = [(k, repr(cfg[k])) for k in spec.settings]
+    placed = [(k, repr(settings[k])) for k in PLACEMENT]
+    secret = hashlib.sha256(repr(sorted(env.items())).encode()).hexdigest()
+    text = repr((name, repr(spec), repr(cfg["model"]), built, placed, secret))
+    return hashlib.sha256(text.encode()).hexdigest(), (name, spec, cfg, env)
 
 
 def _start(ray: Any, index: int, args: tuple[Any, ...], cfg: Mapping[str, Any]) -> Any:
@@ -439,16 +505,6 @@ def _start(ray: Any, index: int, args: tuple[Any, ...], cfg: Mapping[str, Any]) 
         max_restarts=0,
     )
     return actor_class.remote(index, *args)
-
-
-def _pool_identity(settings: ResolvedConfig, backend: Backend) -> tuple[str, tuple[Any, ...]]:
-    """The key of the pool ``settings`` run on, and the arguments its replicas are built with."""
-    name = settings["backend"]
-    spec = BACKENDS[name]
-    n = settings["replicas"]
-    cfg = replica_settings(settings, backend, n)
-    env = {k: os.environ[k] for k in spec.secrets if os.environ.get(k)}
-    return _pool_key(name, spec, cfg, env) + f"/{n}", (name, spec, cfg, env)
 
 
 def release_other_replicas(settings: ResolvedConfig, backend: Backend) -> None:
@@ -467,7 +523,7 @@ def release_other_replicas(settings: ResolvedConfig, backend: Backend) -> None:
 
 
 def _pool_for(ray: Any, settings: ResolvedConfig, backend: Backend) -> _Pool:
-    """The replicas for ``settings``: reused while alive, replaced when dead or reconfigured."""
+    """The replicas for ``settings``: reused while alive with the same :func:`pool_key`."""
     global _pool
     n = settings["replicas"]
     key, args = _pool_identity(settings, backend)
@@ -564,6 +620,7 @@ class _Run:
     ray: Any
     plan: Plan
     actors: list[Any]
+    settings: ResolvedConfig | None = None  # what replicas read per run (replica_settings)
     events: queue.SimpleQueue[tuple[str, int, Any]] = field(default_factory=queue.SimpleQueue)
     jobs: dict[int, _Job] = field(default_factory=dict)
     active: set[int] = field(default_factory=set)
@@ -597,7 +654,7 @@ class _Run:
     def _pump(self, number: int, actor: Any, shard: Plan) -> None:
         ray = self.ray
         try:
-            stream = actor.run.options(num_returns="streaming").remote(shard)
+            stream = actor.run.options(num_returns="streaming").remote(shard, self.settings)
             for ref in stream:
                 self.events.put(("answers", number, ray.get(ref)))
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
@@ -691,7 +748,13 @@ def execute_ray(
     stopped = False
     try:
         if pool is not None:
-            run = _Run(ray, plan, pool.actors, alive=list(range(replicas)))
+            run = _Run(
+                ray,
+                plan,
+                pool.actors,
+                replica_settings(settings, backend, replicas),
+                alive=list(range(replicas)),
+            )
             # What a replica may have in flight (sent, the answer not streamed back).
             window = in_flight_window(settings, backend, replicas)
             run.dispatch([r.id for r in send.requests])
