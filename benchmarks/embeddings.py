@@ -21,12 +21,22 @@ Four measurements, each on this machine (2 CPU cores, no GPU):
 - **dedup with planted near-duplicates**: 600 distinct reviews plus 200 edited copies
   (case, punctuation, a dropped word, a typo, a word swapped); pairwise precision and
   recall of ``dedup`` at several thresholds, MiniLM and TF-IDF.
+- **semframe's ``sim_join`` vs LOTUS's ``sem_sim_join``** (where the LOTUS environment
+  ``.venv-lotus`` exists, as for ``benchmarks/vs_lotus.py``; skipped otherwise): the
+  reviews x movies of the blocking part (right text: ``movie_title: movie_info``), the
+  same all-MiniLM-L6-v2 weights on both sides (LOTUS: ``SentenceTransformersRM`` on torch
+  with ``FaissVS``; semframe: its numpy encoder and exact search), each in a fresh process
+  on the same 2 cores: seconds of the first call (a cold embedding store for semframe;
+  LOTUS runs ``sem_index`` then ``sem_sim_join``), of a call for another ``k`` (semframe
+  reads its stored vectors, LOTUS embeds again), own-movie recall and the pairs'
+  agreement per ``k``, texts per second embedding the reviews, and peak RSS.
 
 Prints a table, writes ``benchmarks/results/embeddings.json`` and draws
 ``benchmarks/results/embeddings.png`` (copied to ``docs/img``).
 
     python benchmarks/embeddings.py            # about 10 minutes (the 1M-row index)
     python benchmarks/embeddings.py --quick    # 100,000 rows for the search part
+    python benchmarks/embeddings.py --vs-lotus-only   # redo the LOTUS comparison only
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import resource
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +69,8 @@ from semframe.operators.join import compile_join
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data" / "movies_small.csv"
 RESULTS = HERE / "results" / "embeddings.json"
+LOTUS_PYTHON = HERE.parent / ".venv-lotus" / "bin" / "python"
+SIMJOIN_KS = (1, 2, 5)
 PLOT = HERE / "results" / "embeddings.png"
 
 
@@ -299,6 +312,98 @@ def dedup(reviews: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def simjoin_texts(reviews: pd.DataFrame, movies: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The left (review) and right (``title: info``) texts of the comparison with LOTUS."""
+    right = (movies["movie_title"] + ": " + movies["movie_info"].fillna("")).tolist()
+    return reviews["review_content"].tolist(), right
+
+
+def semframe_simjoin(job: dict[str, Any]) -> dict[str, Any]:
+    """What ``--simjoin-worker`` prints: semframe's sim_join per k, in a fresh process."""
+    with tempfile.TemporaryDirectory() as store:
+        semframe.configure(progress="off", cache_dir=store)
+        left = pd.DataFrame({"review": job["left"], "_left": range(len(job["left"]))})
+        right = pd.DataFrame({"movie": job["right"], "_right": range(len(job["right"]))})
+        model = get_embedder("minilm")
+        model.embed(job["left"][:16])  # warm up, as LOTUS's side does
+        t0 = time.perf_counter()
+        model.embed(job["left"])
+        embed_left = time.perf_counter() - t0
+        runs = []
+        for k in job["ks"]:
+            t0 = time.perf_counter()
+            joined = left.llm.sim_join(right, "review", "movie", k=k, embed_model="minilm")
+            seconds = time.perf_counter() - t0
+            found = joined.dropna(subset=["_right"])
+            pairs = sorted(
+                {(int(a), int(b)) for a, b in zip(found["_left"], found["_right"], strict=True)}
+            )
+            runs.append({"k": k, "seconds": seconds, "pairs": pairs})
+    return {
+        "runs": runs,
+        "embed_left_seconds": embed_left,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _worker(command: list[str], job: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run(
+        command, input=json.dumps(job), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        msg = f"{command[0]} failed ({done.returncode}): {done.stderr[-2000:]}"
+        raise RuntimeError(msg)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def vs_lotus(reviews: pd.DataFrame, movies: pd.DataFrame) -> dict[str, Any] | None:
+    """semframe's ``sim_join`` against LOTUS's ``sem_sim_join``; None without ``.venv-lotus``."""
+    if not LOTUS_PYTHON.exists():
+        print(
+            "LOTUS comparison skipped: no .venv-lotus "
+            "(python3 -m venv .venv-lotus && .venv-lotus/bin/pip install lotus-ai==1.2.4)"
+        )
+        return None
+    from semframe.backends.embedders import minilm_path
+
+    left, right = simjoin_texts(reviews, movies)
+    titles = movies["movie_title"].tolist()
+    own = {(i, titles.index(t)) for i, t in enumerate(reviews["movie_title"])}
+    job = {
+        "left": left,
+        "right": right,
+        "ks": list(SIMJOIN_KS),
+        "model_zip": str(minilm_path()),
+        "threads": 2,
+    }
+    sides = {
+        "semframe": _worker([sys.executable, __file__, "--simjoin-worker"], job),
+        "lotus": _worker([str(LOTUS_PYTHON), str(HERE / "lotus_simjoin.py")], job),
+    }
+    out: dict[str, Any] = {"reviews": len(left), "movies": len(right)}
+    for name, side in sides.items():
+        out[name] = {
+            "texts_per_second": len(left) / side["embed_left_seconds"],
+            "peak_rss_mib": side["peak_rss_mib"],
+            "runs": [
+                {
+                    "k": r["k"],
+                    "seconds": r["seconds"],
+                    "pairs": len(r["pairs"]),
+                    "recall": len(own & {tuple(p) for p in r["pairs"]}) / len(own),
+                }
+                for r in side["runs"]
+            ],
+        }
+    out["agreement"] = [
+        len({tuple(p) for p in a["pairs"]} & {tuple(p) for p in b["pairs"]})
+        / max(1, len(b["pairs"]))
+        for a, b in zip(sides["semframe"]["runs"], sides["lotus"]["runs"], strict=True)
+    ]
+    return out
+
+
 def plot(result: dict[str, Any]) -> None:
     import matplotlib
 
@@ -362,27 +467,39 @@ def main() -> None:
     parser.add_argument(
         "--blocking-only", action="store_true", help="redo the blocking part only (keep the rest)"
     )
+    parser.add_argument(
+        "--vs-lotus-only", action="store_true", help="redo the LOTUS comparison only"
+    )
+    parser.add_argument("--simjoin-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.simjoin_worker:
+        json.dump(semframe_simjoin(json.load(sys.stdin)), sys.stdout)
+        return
     rows = args.rows or (100_000 if args.quick else 1_000_000)
     store = tempfile.TemporaryDirectory()  # a fresh embedding store: first embeddings are real
     semframe.configure(progress="off", cache_dir=store.name)
     reviews, movies = load()
     result: dict[str, Any] = {"machine": {"cores": 2, "python": sys.version.split()[0]}}
-    if args.search_only or args.blocking_only:
+    only = args.search_only or args.blocking_only or args.vs_lotus_only
+    if only:
         result = json.loads(RESULTS.read_text())
-    if not args.search_only:
+    if args.vs_lotus_only:
+        result["vs_lotus"] = vs_lotus(with_text(reviews), movies)
+    elif not args.search_only:
         t0 = time.perf_counter()
         texts = with_text(reviews)
         result["blocking"] = blocking(texts, movies)
         result["blocking_reviews"] = len(texts)
         result["blocking_title_mentions"] = title_mentions(texts)
         print(f"blocking: {time.perf_counter() - t0:.0f} s", flush=True)
-    if not (args.search_only or args.blocking_only):
+    if not only:
+        result["vs_lotus"] = vs_lotus(with_text(reviews), movies)
+        print("LOTUS comparison done", flush=True)
         result["throughput"] = throughput(reviews, movies)
         print("throughput done", flush=True)
         result["dedup"] = dedup(reviews)
         print("dedup done", flush=True)
-    if not args.blocking_only:
+    if not (args.blocking_only or args.vs_lotus_only):
         result["search"] = search(rows)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
@@ -425,6 +542,25 @@ def main() -> None:
             f"  {r['model']:7} threshold {r['threshold']:.2f}: precision {r['precision']:.3f} "
             f"recall {r['recall']:.3f} ({r['found_pairs']} pairs, {r['seconds']:.1f} s)"
         )
+    v = result.get("vs_lotus")
+    if v:
+        print(
+            f"\nsim_join vs LOTUS sem_sim_join, {v['reviews']} reviews x {v['movies']} movies "
+            "(all-MiniLM-L6-v2 on both, fresh processes)"
+        )
+        print(f"{'':9} {'k':>2} {'seconds':>8} {'recall':>7} {'pairs':>6}")
+        for name in ("semframe", "lotus"):
+            for r in v[name]["runs"]:
+                print(
+                    f"{name:9} {r['k']:>2} {r['seconds']:8.2f} {100 * r['recall']:6.1f}% "
+                    f"{r['pairs']:>6}"
+                )
+            print(
+                f"{name:9} embedding {v[name]['texts_per_second']:.0f} texts/s, "
+                f"peak RSS {v[name]['peak_rss_mib']:.0f} MiB"
+            )
+        agree = ", ".join(f"{a:.3f}" for a in v["agreement"])
+        print(f"pairs found by both, share of LOTUS's, per k: {agree}")
     print(f"\nwrote {RESULTS.relative_to(HERE.parent)} and {PLOT.relative_to(HERE.parent)}")
 
 
