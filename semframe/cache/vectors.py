@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -167,12 +167,19 @@ def open_store(directory: Path) -> VectorStore | None:
 
 
 def embed_texts(
-    embedder: Embedder, texts: Sequence[str], *, store: VectorStore | None
+    embedder: Embedder,
+    texts: Sequence[str],
+    *,
+    store: VectorStore | None,
+    before: Callable[[list[str]], object] | None = None,
 ) -> tuple[NDArray[np.float32], EmbedStats]:
     """The vectors of ``texts`` (float16 precision, as float32 rows) and what it took.
 
     Distinct texts are embedded once; those ``store`` holds for this
     embedder are read, the rest computed :data:`CHUNK` at a time and stored.
+    ``before``, if given, sees the texts to compute before the first is
+    embedded (an API embedder checks them there, so that a bad one fails
+    before any request).
     """
     unique = list(dict.fromkeys(texts))
     keys = [text_key(t) for t in unique]
@@ -184,6 +191,8 @@ def embed_texts(
             _log.warning("embedding store unreadable (%s): computing every vector", exc)
             store = None
     missing = [i for i, k in enumerate(keys) if k not in found]
+    if before is not None and missing:
+        before([unique[i] for i in missing])
     for start in range(0, len(missing), CHUNK):
         part = missing[start : start + CHUNK]
         vectors = np.asarray(embedder.embed([unique[i] for i in part]), dtype=np.float32)

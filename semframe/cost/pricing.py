@@ -33,7 +33,18 @@ from typing import Any, Literal
 from semframe.cost.seeded import seeded_fields
 from semframe.errors import ConfigError
 
-__all__ = ["Cost", "Price", "cost", "known_models", "load_prices", "price_for", "tier_models"]
+__all__ = [
+    "Cost",
+    "EmbeddingPrice",
+    "Price",
+    "cost",
+    "embedding_models",
+    "embedding_price",
+    "known_models",
+    "load_prices",
+    "price_for",
+    "tier_models",
+]
 
 Provider = Literal["openai", "anthropic", "gemini"]
 _PROVIDERS = ("openai", "anthropic", "gemini")
@@ -534,3 +545,157 @@ def _seeded(model: str) -> Price | None:
     )
     defaults, _ = _table()
     return _make(model, raw, defaults)
+
+
+# ---------------------------------------------------------------- embedding models
+
+
+@dataclass(frozen=True)
+class EmbeddingPrice:
+    """An API embedding model: its price and the provider's limits (``[embeddings."model"]``).
+
+    Attributes
+    ----------
+    model : str
+        The model's name at its provider.
+    provider : {"openai", "gemini"}
+        Which API serves it.
+    input : float
+        Dollars per million input tokens.
+    batch_discount : float
+        Multiplier of the provider's batch API (semframe sends embeddings live).
+    dimensions : int
+        The model's full vector size.
+    max_input_tokens : int
+        Longest text the model takes, in tokens.
+    max_inputs : int
+        Texts per request.
+    max_request_tokens : int
+        Tokens per request, summed over its texts (0: no such limit).
+    as_of, source : str
+        When the price is known to have held, and where it is published.
+    note : str or None
+        Caveats.
+
+    Examples
+    --------
+    >>> p = embedding_price("text-embedding-3-small")
+    >>> p.dimensions, p.max_inputs, round(p.dollars(1_000_000), 6)
+    (1536, 2048, 0.02)
+    """
+
+    model: str
+    provider: str
+    input: float
+    batch_discount: float
+    dimensions: int
+    max_input_tokens: int
+    max_inputs: int
+    max_request_tokens: int
+    as_of: str
+    source: str
+    note: str | None = None
+
+    def dollars(self, tokens: int, *, batch: bool = False) -> float:
+        """What ``tokens`` input tokens cost (at the batch price with ``batch``)."""
+        return tokens * self.input * (self.batch_discount if batch else 1.0) / _PER
+
+
+_EMBED_INTS = ("dimensions", "max_input_tokens", "max_inputs")
+_EMBED_FIELDS = (
+    "provider",
+    "input",
+    "batch_discount",
+    *_EMBED_INTS,
+    "max_request_tokens",
+    "as_of",
+    "source",
+    "note",
+)
+
+
+@functools.cache
+def _embedding_table() -> dict[str, dict[str, Any]]:
+    text = importlib.resources.files("semframe").joinpath("data/prices.toml").read_text("utf-8")
+    table: dict[str, dict[str, Any]] = tomllib.loads(text).get("embeddings", {})
+    return table
+
+
+def _make_embedding(model: str, raw: Mapping[str, Any]) -> EmbeddingPrice:
+    where = f"embedding price of {model!r}"
+    unknown = sorted(set(raw) - set(_EMBED_FIELDS))
+    if unknown:
+        msg = f"{where}: unknown field(s) {unknown}; valid fields: {', '.join(_EMBED_FIELDS)}"
+        raise ConfigError(msg)
+    values: dict[str, Any] = {"batch_discount": 0.5, "max_request_tokens": 0, "as_of": "unknown"}
+    values |= {"source": "user override", **raw}
+    if values.get("provider") not in ("openai", "gemini"):
+        msg = f"{where}: provider must be 'openai' or 'gemini', got {values.get('provider')!r}"
+        raise ConfigError(msg)
+    for key in ("input", "batch_discount"):
+        v = values.get(key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            msg = f"{where}: {key!r} must be a number >= 0, got {v!r}"
+            raise ConfigError(msg)
+    for key in (*_EMBED_INTS, "max_request_tokens"):
+        v = values.get(key)
+        low = 0 if key == "max_request_tokens" else 1
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            msg = f"{where}: {key!r} must be an integer >= {low}, got {v!r}"
+            raise ConfigError(msg)
+    return EmbeddingPrice(
+        model=model,
+        provider=str(values["provider"]),
+        input=float(values["input"]),
+        batch_discount=float(values["batch_discount"]),
+        dimensions=values["dimensions"],
+        max_input_tokens=values["max_input_tokens"],
+        max_inputs=values["max_inputs"],
+        max_request_tokens=values["max_request_tokens"],
+        as_of=str(values["as_of"]),
+        source=str(values["source"]),
+        note=None if values.get("note") is None else str(values["note"]),
+    )
+
+
+def embedding_models(provider: str | None = None) -> list[str]:
+    """The embedding models of the price table (of ``provider``), sorted.
+
+    Examples
+    --------
+    >>> embedding_models("gemini")
+    ['gemini-embedding-001']
+    """
+    table = _embedding_table()
+    return sorted(m for m, raw in table.items() if provider in (None, raw.get("provider")))
+
+
+def embedding_price(
+    model: str, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> EmbeddingPrice:
+    """The price and limits of embedding model ``model``.
+
+    ``overrides`` maps model names to fields that replace the shipped ones (a
+    new model needs ``provider``, ``input``, ``dimensions``,
+    ``max_input_tokens`` and ``max_inputs``).
+
+    Raises
+    ------
+    ConfigError
+        For a model the table does not know, listing the known ones.
+
+    Examples
+    --------
+    >>> small = {"gemini-embedding-001": {"max_inputs": 4}}
+    >>> embedding_price("gemini-embedding-001", small).max_inputs
+    4
+    """
+    table = _embedding_table()
+    raw = {**table.get(model, {}), **(overrides or {}).get(model, {})}
+    if not raw:
+        msg = (
+            f"no embedding price for model {model!r}; known embedding models: "
+            f"{', '.join(embedding_models())}."
+        )
+        raise ConfigError(msg)
+    return _make_embedding(model, raw)

@@ -15,10 +15,20 @@ sides) with the model ``embed_model`` names (:mod:`semframe.backends.embedders`)
   (:class:`~semframe.core.vectors.SparseRows`: a row holds its few hundred
   non-zero buckets, not 4,096 floats) and depend on the corpus, so they are
   never stored.
+
+An API embedder (``"openai:<model>"``, ``"gemini:<model>"``:
+:mod:`semframe.backends.api_embedders`) is a stored model whose texts not in
+the store are checked (length, emptiness) before any is sent; what its
+requests cost is in :attr:`Embedded.usage`, ``last_op().counts``
+(``embedding_requests``, ``embedding_tokens``) and ``semframe.last_run()``
+(a run of the embedding model: its requests, tokens and dollars).
+:func:`api_cost` prices such a call before it runs.
 """
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,16 +37,30 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from semframe.backends.api_embedders import (
+    ApiEmbedder,
+    EmbedUsage,
+    api_price,
+    batches,
+    split_model,
+    store_name,
+    usage_scope,
+)
 from semframe.backends.embedders import BUILT_IN, get_embedder, resolve_embed_model
 from semframe.cache.index import VectorIndex, build_index, index_key
 from semframe.cache.vectors import EmbedStats, embed_texts, open_store, text_key
 from semframe.core.paths import cache_dir
 from semframe.core.vectors import Rows, SparseRows, dense, n_rows
+from semframe.cost.pricing import EmbeddingPrice
+from semframe.cost.tokens import count_for_model
+from semframe.runtime.stats import RunStats, record_run
 
 __all__ = [
     "DIMENSIONS",
     "EMBEDDERS",
+    "ApiCost",
     "Embedded",
+    "api_cost",
     "embed",
     "embed_groups",
     "index_for",
@@ -46,7 +70,8 @@ __all__ = [
 ]
 
 EMBEDDERS = BUILT_IN
-"""Built-in ``embed_model`` / ``block_model`` names (a model folder's path works too)."""
+"""Built-in ``embed_model`` / ``block_model`` names (a model folder's path and
+``"openai:<model>"`` / ``"gemini:<model>"`` work too)."""
 DIMENSIONS = 4096
 """Hash buckets of the TF-IDF embedding."""
 NGRAM = 3
@@ -124,42 +149,71 @@ class Embedded:
         What the embedding store served and what was computed (``None`` for TF-IDF).
     keys : tuple of tuple of bytes
         Each group's text keys (empty for TF-IDF): what a saved index is named by.
+    usage : EmbedUsage or None
+        What an API embedder's requests cost (``None`` for a local model).
     """
 
     groups: tuple[Rows, ...]
     model: str
     stats: EmbedStats | None
     keys: tuple[tuple[bytes, ...], ...] = ()
+    usage: EmbedUsage | None = None
 
     def counts(self) -> dict[str, int]:
-        """``texts_embedded``, ``vectors_reused`` for ``last_op().counts``."""
+        """``texts_embedded``, ``vectors_reused`` for ``last_op().counts``.
+
+        An API model adds ``embedding_requests`` (retries included) and
+        ``embedding_tokens`` (billed).
+        """
         if self.stats is None:
             total = sum(n_rows(g) for g in self.groups)
             return {"texts_embedded": total, "vectors_reused": 0}
-        return {"texts_embedded": self.stats.computed, "vectors_reused": self.stats.stored}
+        out = {"texts_embedded": self.stats.computed, "vectors_reused": self.stats.stored}
+        if self.usage is not None:
+            out |= {
+                "embedding_requests": self.usage.requests,
+                "embedding_tokens": self.usage.tokens,
+            }
+        return out
 
 
-def embed_groups(groups: Sequence[Sequence[str]], settings: Mapping[str, Any]) -> Embedded:
+def embed_groups(
+    groups: Sequence[Sequence[str]], settings: Mapping[str, Any], *, op: str = "embed"
+) -> Embedded:
     """Embed each group of texts with ``settings["embed_model"]`` (through the store).
 
-    ``settings`` are resolved settings (``embed_model``, ``cache``, ``cache_dir``).
+    ``settings`` are resolved settings (``embed_model``, ``cache``, ``cache_dir``;
+    for an API model ``base_url``, ``timeout``, ``connect_timeout``,
+    ``max_retries``). ``op`` names the operator in an API model's
+    ``semframe.last_run()``.
 
     Raises
     ------
     MissingDependencyError
         For a model whose packages are missing, with the install line.
+    InputError
+        For an API model, a text it cannot take (empty, too long), before any request.
     """
     model = resolve_embed_model(settings["embed_model"])
     if model == "tfidf":
         return Embedded(tuple(tfidf_rows(groups)), model, None)
-    embedder = get_embedder(model)
+    embedder = get_embedder(model, settings)
     texts = [t for g in groups for t in g]
+    api = embedder if isinstance(embedder, ApiEmbedder) else None
     store = open_store(cache_dir(settings["cache_dir"])) if settings["cache"] else None
-    try:
-        vectors, stats = embed_texts(embedder, texts, store=store)
-    finally:
-        if store is not None:
-            store.close()
+    with usage_scope() as usage:
+        try:
+            check = None if api is None else api.check
+            vectors, stats = embed_texts(embedder, texts, store=store, before=check)
+        except BaseException:
+            if api is not None and usage.requests:
+                _record(op, api, usage, failed=True)  # what was sent before it failed
+            raise
+        finally:
+            if store is not None:
+                store.close()
+    if api is not None and usage.requests:
+        _record(op, api, usage, failed=False)
     out: list[Rows] = []
     keys: list[tuple[bytes, ...]] = []
     at = 0
@@ -167,7 +221,112 @@ def embed_groups(groups: Sequence[Sequence[str]], settings: Mapping[str, Any]) -
         out.append(vectors[at : at + len(g)])
         keys.append(tuple(text_key(t) for t in g))
         at += len(g)
-    return Embedded(tuple(out), embedder.name, stats, tuple(keys))
+    return Embedded(tuple(out), embedder.name, stats, tuple(keys), usage if api else None)
+
+
+def _record(op: str, embedder: ApiEmbedder, usage: EmbedUsage, *, failed: bool) -> None:
+    """Make an API embedder's requests ``semframe.last_run()`` (``failed``: the call raised)."""
+    stats = RunStats(
+        op=op,
+        backend=embedder.provider,
+        model=embedder.model,
+        reorder="none",
+        rows=usage.texts,
+        requests=usage.requests,
+        prompt_tokens=usage.tokens,
+        cached_tokens=0,
+        cache_write_tokens=0,
+        output_tokens=0,
+        errors=int(failed),
+        retries=usage.retries,
+        wall_seconds=usage.seconds,
+        workers=1,
+        expected_hit_rate=0.0,
+        dollars=usage.dollars,
+        rate_limited=usage.rate_limited,
+    )
+    record_run(stats)
+
+
+@dataclass(frozen=True)
+class ApiCost:
+    """What embedding texts with an API model is expected to cost (:func:`api_cost`).
+
+    Attributes
+    ----------
+    model : str
+        The ``embed_model`` name (``"openai:<model>"``, ``"gemini:<model>"``).
+    price : EmbeddingPrice
+        The model's price and limits.
+    texts : int
+        Distinct texts.
+    stored : int
+        Of those, the ones the embedding store holds (not sent).
+    tokens : int
+        Tokens of the others.
+    requests : int
+        Requests they take.
+    exact : bool
+        False where token counts are approximate (Gemini).
+    """
+
+    model: str
+    price: EmbeddingPrice
+    texts: int
+    stored: int
+    tokens: int
+    requests: int
+    exact: bool
+
+    @property
+    def dollars(self) -> float:
+        """The price of :attr:`tokens`."""
+        return self.price.dollars(self.tokens)
+
+
+_log = logging.getLogger(__name__)
+
+
+def api_cost(texts: Sequence[str], settings: Mapping[str, Any]) -> ApiCost | None:
+    """What embedding ``texts`` with ``settings["embed_model"]`` costs; ``None`` for a local model.
+
+    Texts the embedding store already holds (with ``cache`` on) cost nothing;
+    the others are counted as the client counts them. Nothing is sent and no
+    API key is needed.
+
+    Examples
+    --------
+    >>> c = api_cost(["hello world", "hello world", "bye"],
+    ...              {"embed_model": "openai:text-embedding-3-small", "cache": False,
+    ...               "cache_dir": None, "base_url": None})
+    >>> c.texts, c.tokens, c.requests, f"{c.dollars:.8f}"
+    (2, 3, 1, '0.00000006')
+    """
+    model = resolve_embed_model(settings["embed_model"])
+    if split_model(model) is None:
+        return None
+    price = api_price(model)
+    unique = list(dict.fromkeys(texts))
+    found: set[bytes] = set()
+    if settings["cache"] and unique:
+        store = open_store(cache_dir(settings["cache_dir"]))
+        if store is not None:
+            try:
+                keys = [text_key(t) for t in unique]
+                found = set(store.get_many(store_name(model, settings.get("base_url")), keys))
+            except sqlite3.Error as exc:
+                _log.warning("embedding store unreadable (%s): pricing every text", exc)
+            finally:
+                store.close()
+    todo = [t for t in unique if text_key(t) not in found]
+    counted = count_for_model(todo, price.model)
+    counts = list(counted.tokens)
+    requests = len(
+        batches(counts, max_inputs=price.max_inputs, max_tokens=price.max_request_tokens)
+    )
+    return ApiCost(
+        model, price, len(unique), len(unique) - len(todo), sum(counts), requests, counted.exact
+    )
 
 
 def index_for(embedded: Embedded, group: int, settings: Mapping[str, Any]) -> VectorIndex:

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from semframe.backends.api_embedders import split_model
 from semframe.backends.embedders import resolve_embed_model
 from semframe.config import config
 from semframe.core.frames import Frame, NewColumn, Output, RightSide
@@ -343,6 +344,16 @@ def _embedding_block(
     (exact, or approximate above ``ann_threshold``); otherwise each left row's
     candidates are ranked exactly.
     """
+    model = blocking.model if blocking.model is not None else settings["embed_model"]
+    if split_model(resolve_embed_model(model)) is not None:
+        msg = (
+            f"block='embedding' with the API embedding model {model!r} is not supported: "
+            "join blocking embeds while the call compiles (its estimate prices the pairs "
+            "found), so the embeddings would be billed before any estimate or budget check. "
+            "Use a local model (block_model='minilm' or 'tfidf'), or match the tables with "
+            "df.llm.sim_join(...) first."
+        )
+        raise InputError(msg)
     texts = {}
     for at, (side, frame) in enumerate((("left", left), ("right", right))):
         cols = [blocking.on[at]] if blocking.on is not None else list(side_fields[side])
@@ -354,7 +365,6 @@ def _embedding_block(
             raise InputError(msg)
         table = frame.table(cols)
         texts[side] = ["\n".join(table.cells[c][r] for c in cols) for r in range(table.n_rows)]
-    model = blocking.model if blocking.model is not None else settings["embed_model"]
     embedded = embed_groups([texts["right"], texts["left"]], {**settings, "embed_model": model})
     rvec, lvec = embedded.groups
     if every_pair:

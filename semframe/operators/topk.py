@@ -40,7 +40,7 @@ from semframe.operators.common import apply_truncate, check_error_column, check_
 from semframe.runtime.call import Call, Runner
 from semframe.runtime.estimate import estimate_first_round
 
-__all__ = ["TOPK", "Topk", "TopkPlan"]
+__all__ = ["TOPK", "Ranking", "Topk", "TopkCall", "TopkPlan", "compile_topk", "rank"]
 
 _COMPARE = (
     "Two items, A and B, follow. Which of them matches the criterion above better? "
@@ -84,7 +84,32 @@ class TopkPlan:
 
 
 @dataclass(frozen=True)
-class _Topk:
+class TopkCall:
+    """A compiled ``topk``: the criterion's rows and how to compare them; nothing sent.
+
+    ``search(rerank=...)`` ranks its candidates with one, cut to their rows
+    (``dataclasses.replace(call, table=call.table.take(rows))``).
+
+    Attributes
+    ----------
+    frame : Frame
+        The caller's frame.
+    settings : ResolvedConfig
+        The call's settings.
+    table : Table
+        The criterion's columns, one row per row to rank.
+    template : Template
+        The comparison prompt (the criterion, then items A and B).
+    k : int
+        Rows to rank.
+    seed : int
+        Seeds the pivot choice.
+    max_tokens : int
+        Output limit of a comparison.
+    system : str or None
+        The system message.
+    """
+
     frame: Frame
     settings: ResolvedConfig
     table: Table
@@ -95,7 +120,7 @@ class _Topk:
     system: str | None
 
 
-def _compile(
+def compile_topk(
     frame: Frame,
     template: str,
     *,
@@ -105,7 +130,8 @@ def _compile(
     system: str | None = None,
     truncate: int | Mapping[str, int] | None = None,
     **settings: Any,
-) -> _Topk:
+) -> TopkCall:
+    """Validate a ``topk`` call and read the criterion's columns; sends nothing."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         msg = f"k must be a positive int (how many rows to return), got {k!r}."
         raise InputError(msg)
@@ -119,10 +145,10 @@ def _compile(
     table = apply_truncate(frame.table(parsed.fields), truncate)
     fields = tuple(f"{side}.{f}" for side in "AB" for f in parsed.fields)
     compare = Template(parsed.text, ("Criterion: ", *parsed.parts, "\n" + _COMPARE), fields)
-    return _Topk(frame, cfg, table, compare, k, seed, max_tokens, system)
+    return TopkCall(frame, cfg, table, compare, k, seed, max_tokens, system)
 
 
-def _round_plan(tk: _Topk, pairs: Sequence[tuple[int, int]]) -> Plan:
+def _round_plan(tk: TopkCall, pairs: Sequence[tuple[int, int]]) -> Plan:
     """One relQuery comparing ``(pivot, row)`` pairs; pairs come grouped by pivot."""
     names = tk.table.columns
     data: dict[str, tuple[str, ...]] = {}
@@ -145,12 +171,22 @@ comparisons for k = 10 against 2,080 with a random pivot)."""
 
 
 def _expected(n: int, k: int) -> int:
-    """Rough expected comparisons: one pass, the pivot sample, sorting near the top."""
+    """Rough expected comparisons: one pass, the pivot sample, sorting near the top.
+
+    Capped at all pairs: on a few rows the rough formula overshoots what the
+    knockout and pass can ask.
+
+    Examples
+    --------
+    >>> _expected(1000, 10), _expected(4, 2), 4 * 3 // 2
+    (1172, 6, 6)
+    """
     if n < 2:
         return 0
     k = min(k, n)
     near = min(n, _SAMPLE * k)
-    return int(n + n // (_SAMPLE * k) + near * math.log(max(near, 2)))
+    rough = int(n + n // (_SAMPLE * k) + near * math.log(max(near, 2)))
+    return min(rough, n * (n - 1) // 2)
 
 
 def _work(buckets: Sequence[Sequence[int]], k: int) -> list[tuple[int, int]]:
@@ -185,7 +221,9 @@ def _matches(samples: Mapping[int, Sequence[int]]) -> list[tuple[int, int]]:
     return [(s[j], s[j + 1]) for s in samples.values() for j in range(0, len(s) - 1, 2)]
 
 
-def _first_pairs(tk: _Topk, buckets: list[list[int]], rng: random.Random) -> list[tuple[int, int]]:
+def _first_pairs(
+    tk: TopkCall, buckets: list[list[int]], rng: random.Random
+) -> list[tuple[int, int]]:
     work = _work(buckets, tk.k)
     if not work:
         return []
@@ -196,7 +234,7 @@ def _first_pairs(tk: _Topk, buckets: list[list[int]], rng: random.Random) -> lis
     return [(samples[i][0], r) for i, _ in work for r in buckets[i] if r != samples[i][0]]
 
 
-def _plan(tk: _Topk) -> TopkPlan:
+def _plan(tk: TopkCall) -> TopkPlan:
     n, k = tk.table.n_rows, tk.k
     pairs = _first_pairs(tk, [list(range(n))] if n else [], random.Random(tk.seed))
     return TopkPlan(_round_plan(tk, pairs), k, n, _expected(n, k), n * (n - 1) // 2)
@@ -208,15 +246,15 @@ class Topk:
     name = "topk"
     required: tuple[str, ...] = ("k",)
 
-    def compile(self, frame: Frame, template: str, **kwargs: Any) -> _Topk:
+    def compile(self, frame: Frame, template: str, **kwargs: Any) -> TopkCall:
         """Validate the call and read the criterion's columns; send nothing."""
-        return _compile(frame, template, **kwargs)
+        return compile_topk(frame, template, **kwargs)
 
-    def plan(self, tk: _Topk) -> TopkPlan:
+    def plan(self, tk: TopkCall) -> TopkPlan:
         """The first round exactly, and the expected total."""
         return _plan(tk)
 
-    def estimate(self, tk: _Topk, *, probe: int) -> Estimate:
+    def estimate(self, tk: TopkCall, *, probe: int) -> Estimate:
         """The first round simulated and scaled to the expected comparisons."""
         plan = _plan(tk)
         return estimate_first_round(
@@ -228,14 +266,37 @@ class Topk:
             what="later comparison rounds are extrapolated from the first (an expectation)",
         )
 
-    def run(self, tk: _Topk, runner: Runner) -> Output:
+    def run(self, tk: TopkCall, runner: Runner) -> Output:
         """Compare round after round until the top k are ranked."""
         return _run_topk(tk, runner)
 
 
-def _run_topk(tk: _Topk, runner: Runner) -> Output:
+@dataclass(frozen=True)
+class Ranking:
+    """What :func:`rank` found: the top rows, best first, and the rows it could not rank.
+
+    Attributes
+    ----------
+    ranked : tuple of int
+        Positions in the call's table of its ``k`` best rows, best first.
+    errors : tuple of RowError
+        Rows whose comparison with a pivot failed (after the retries), by position.
+    comparisons : int
+        Comparisons asked.
+    """
+
+    ranked: tuple[int, ...]
+    errors: tuple[RowError, ...]
+    comparisons: int
+
+
+def rank(tk: TopkCall, runner: Runner, labels: Sequence[object] | None = None) -> Ranking:
+    """Compare round after round until the top ``tk.k`` rows of ``tk.table`` are ranked.
+
+    ``labels`` name the table's rows in messages (default: the frame's labels).
+    """
     n, k = tk.table.n_rows, tk.k
-    labels = tk.frame.labels
+    labels = tk.frame.labels if labels is None else labels
     rng = random.Random(tk.seed)
     buckets: list[list[int]] = [list(range(n))] if n else []
     failed: dict[int, RowError] = {}
@@ -294,11 +355,19 @@ def _run_topk(tk: _Topk, runner: Runner) -> Output:
             p = pivots[i]
             split.extend(b for b in (better.get(p, []), [p], worse.get(p, [])) if b)
         buckets = split
-    ranked = [r for b in buckets for r in b][:k]
+    ranked = tuple([r for b in buckets for r in b][:k])
+    return Ranking(ranked, tuple(sorted(failed.values(), key=lambda e: e.row)), comparisons)
+
+
+def _run_topk(tk: TopkCall, runner: Runner) -> Output:
+    n = tk.table.n_rows
+    ranking = rank(tk, runner)
+    ranked, errors = list(ranking.ranked), list(ranking.errors)
     runner.finish(
-        comparisons=comparisons, naive_comparisons=n * (n - 1) // 2, rounds=len(runner.runs)
+        comparisons=ranking.comparisons,
+        naive_comparisons=n * (n - 1) // 2,
+        rounds=len(runner.runs),
     )
-    errors = sorted(failed.values(), key=lambda e: e.row)
     if tk.settings["errors"] == "keep":
         reasons = [None] * len(ranked) + [f"{e.kind}: {e.message}" for e in errors]
         rows = ranked + [e.row for e in errors]

@@ -7,6 +7,7 @@ Point the official ``google-genai`` SDK at ``emu.gemini_url``::
 Routes (under ``/gemini/{v1,v1beta,v1alpha}/``, and ``/v1beta/`` or
 ``/v1alpha/`` at the root): ``models/{model}:generateContent``,
 ``models/{model}:countTokens``, ``models/{model}:batchGenerateContent``,
+``models/{model}:batchEmbedContents``, ``models/{model}:embedContent``,
 ``batches/{id}`` (GET), ``batches/{id}:cancel``, ``cachedContents`` (POST,
 GET), ``cachedContents/{id}`` (GET, DELETE). Keys come in ``x-goog-api-key``
 (or ``?key=``). Errors are Google's JSON: ``{"error": {"code", "message",
@@ -19,6 +20,8 @@ per model); an explicit cache is billed at creation, its tokens at the input
 price plus its storage for the whole TTL (a ledger entry of kind ``"cache"``),
 and read at the cache price by the requests naming it until it expires;
 batches cost half, except cached tokens (the discount does not stack).
+Embeddings are :mod:`semframe.testing.emulator.embeddings`' vectors, billed
+by input tokens, at most ``max_inputs`` (100) texts per batch.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ from semframe.cost.framing import (
     gemini_text,
 )
 from semframe.cost.pricing import Cost, Price, cost, price_for
-from semframe.cost.tokens import encoding
+from semframe.cost.tokens import count_for_model, encoding
 from semframe.errors import ConfigError
 from semframe.testing.emulator.clock import Clock
+from semframe.testing.emulator.embeddings import vector
 from semframe.testing.emulator.faults import Fault, FaultPlan
 from semframe.testing.emulator.ledger import Ledger, LedgerEntry
 from semframe.testing.emulator.reply import JSON, Reply
@@ -73,6 +77,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", r"models/(?P<model>[^/:]+):generateContent", "generate"),
         ("POST", r"models/(?P<model>[^/:]+):countTokens", "count"),
         ("POST", r"models/(?P<model>[^/:]+):batchGenerateContent", "batch_create"),
+        ("POST", r"models/(?P<model>[^/:]+):batchEmbedContents", "embed_batch"),
+        ("POST", r"models/(?P<model>[^/:]+):embedContent", "embed_one"),
         ("GET", r"batches/(?P<id>[^/:]+)", "batch_get"),
         ("POST", r"batches/(?P<id>[^/:]+):cancel", "batch_cancel"),
         ("POST", r"cachedContents", "cache_create"),
@@ -106,6 +112,7 @@ class GeminiHost(Protocol):
     def batch_delay_s(self) -> float: ...
     @property
     def batch_polls(self) -> int: ...
+    def embedding_price(self, model: Any, provider: str) -> Any: ...  # ``EmbeddingPrice``
 
 
 class _Failure(Exception):
@@ -516,6 +523,84 @@ class GeminiService:
             out["cachedContentTokenCount"] = cached
         out["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": out["totalTokens"]}]
         return self._ok(out)
+
+    # ------------------------------------------------------------ embeddings
+
+    def _embed(self, model: str, requests: list[Any]) -> list[dict[str, Any]]:
+        """Embed the texts of ``requests`` (``EmbedContentRequest`` objects); bill them as one."""
+        try:
+            price = self.host.embedding_price(model, "gemini")
+        except LookupError:
+            msg = (
+                f"models/{model} is not found for API version v1beta, or is not supported "
+                "for embedContent."
+            )
+            raise _Failure(404, msg) from None
+        if not requests:
+            raise _Failure(400, "* BatchEmbedContentsRequest.requests: requests is empty")
+        if len(requests) > price.max_inputs:
+            msg = (
+                "* BatchEmbedContentsRequest.requests: at most "
+                f"{price.max_inputs} requests can be in one batch"
+            )
+            raise _Failure(400, msg)
+        texts: list[str] = []
+        dims: list[int] = []
+        for i, req in enumerate(requests):
+            content = req.get("content") if isinstance(req, Mapping) else None
+            parts = content.get("parts") if isinstance(content, Mapping) else None
+            if not isinstance(parts, list) or not parts:
+                raise _Failure(400, f"* requests[{i}].content: content is not specified")
+            if not all(isinstance(p, Mapping) and isinstance(p.get("text"), str) for p in parts):
+                raise _Failure(400, f"* requests[{i}].content: only text parts are supported")
+            texts.append("".join(str(p["text"]) for p in parts))
+            dim = req.get("outputDimensionality", price.dimensions)
+            if (
+                isinstance(dim, bool)
+                or not isinstance(dim, int)
+                or not 1 <= dim <= price.dimensions
+            ):
+                msg = f"* requests[{i}].output_dimensionality: must be in [1, {price.dimensions}]"
+                raise _Failure(400, msg)
+            dims.append(dim)
+        counts = count_for_model(texts, model).tokens
+        for i, n in enumerate(counts):
+            if n > price.max_input_tokens:
+                msg = (
+                    f"* requests[{i}]: the input token count ({n}) exceeds the maximum number "
+                    f"of tokens allowed ({price.max_input_tokens})."
+                )
+                raise _Failure(400, msg)
+        fault = self.host.faults.pick("gemini", "\n".join(texts))
+        if fault is not None and fault.kind in ("rate_limit", "server_error"):
+            raise self._refuse(model, fault, batch=False, key=None)
+        if fault is not None and fault.kind == "hang":
+            self._wait(fault.seconds)
+        clock = self.host.clock
+        arrival = clock.now()
+        self._wait(self.host.latency_for("gemini").of(0))
+        total = sum(counts)
+        bill = Cost(uncached_input=price.dollars(total))
+        self.host.ledger.record(
+            LedgerEntry(
+                "gemini", model, 200, total, 0, 0, 0, 0, bill, arrival, clock.now(),
+                False, None, None, fault.kind if fault else None,
+            )
+        )  # fmt: skip
+        # Like Google's, a vector cut by output_dimensionality is not unit length again.
+        return [
+            {"values": [float(x) for x in vector(model, t, price.dimensions)[:d]]}
+            for t, d in zip(texts, dims, strict=True)
+        ]
+
+    def _r_embed_batch(self, body: bytes, model: str) -> Reply:
+        requests = self._json(body).get("requests")
+        if not isinstance(requests, list):
+            raise _Failure(400, "* BatchEmbedContentsRequest.requests: must be a list")
+        return self._ok({"embeddings": self._embed(model, requests)})
+
+    def _r_embed_one(self, body: bytes, model: str) -> Reply:
+        return self._ok({"embedding": self._embed(model, [self._json(body)])[0]})
 
     # ------------------------------------------------------------ cachedContents
 

@@ -41,10 +41,11 @@ from semframe.cost.framing import (
     prompt_text,
 )
 from semframe.cost.models import TYPICAL_LATENCY
-from semframe.cost.pricing import Cost, Price, cost, price_for
-from semframe.cost.tokens import encoding
+from semframe.cost.pricing import Cost, EmbeddingPrice, Price, cost, embedding_price, price_for
+from semframe.cost.tokens import count_for_model, encoding
 from semframe.errors import ConfigError
 from semframe.testing.emulator.clock import Clock, MonotonicClock
+from semframe.testing.emulator.embeddings import as_base64, vector
 from semframe.testing.emulator.faults import Fault, FaultPlan
 from semframe.testing.emulator.gemini import GeminiService
 from semframe.testing.emulator.ledger import Ledger, LedgerEntry
@@ -244,6 +245,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     (m, re.compile(p), name)
     for m, p, name in [
         ("POST", r"/v1/chat/completions", "chat"),
+        ("POST", r"/v1/embeddings", "embeddings"),
         # Azure OpenAI's layout (openai.AzureOpenAI): the model is the deployment.
         ("POST", r"/openai/deployments/[^/]+/chat/completions", "chat"),
         ("POST", r"/v1/files", "file_upload"),
@@ -309,6 +311,11 @@ class ProviderEmulator:
         requests (a 429 with ``Retry-After`` when a bucket is short) and
         reported in every response's rate-limit headers
         (:mod:`~semframe.testing.emulator.limits`); default unlimited.
+    embedding_prices : mapping, optional
+        Overrides of the embedding models' prices and limits, as
+        ``{model: {field: value}}`` (:func:`semframe.cost.pricing.embedding_price`):
+        ``{"text-embedding-3-small": {"max_inputs": 4}}`` refuses requests of
+        more than 4 texts, as OpenAI refuses more than 2,048.
     """
 
     def __init__(
@@ -326,6 +333,7 @@ class ProviderEmulator:
         batch_delay_s: float = 0.0,
         batch_polls: int = 0,
         rate_limits: AccountLimits | None = None,
+        embedding_prices: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -339,6 +347,7 @@ class ProviderEmulator:
         self.batch_delay_s = batch_delay_s
         self.batch_polls = batch_polls
         self.rate_limits = rate_limits
+        self.embedding_prices = dict(embedding_prices or {})
         self.limits = LimitState(rate_limits, self.clock) if rate_limits else None
         self.ledger = Ledger()
         self.faults = FaultPlan()
@@ -782,6 +791,93 @@ class ProviderEmulator:
 
     def _r_chat(self, body: bytes, headers: Mapping[str, str]) -> Reply:
         payload, fault = self._chat(self._json(body), batch=False)
+        return self._live("openai", payload, fault)
+
+    def embedding_price(self, model: Any, provider: str) -> EmbeddingPrice:
+        """The price and limits of embedding ``model`` at ``provider``; ``LookupError`` if none."""
+        try:
+            price = embedding_price(str(model), self.embedding_prices)
+        except ConfigError as exc:
+            raise LookupError(str(exc)) from None
+        if price.provider != provider:
+            msg = f"{model!r} is a {price.provider} embedding model"
+            raise LookupError(msg)
+        return price
+
+    def _r_embeddings(self, body: bytes, headers: Mapping[str, str]) -> Reply:
+        """OpenAI ``POST /v1/embeddings``: one vector per input, billed by input tokens."""
+        req = self._json(body)
+        model = req.get("model")
+        try:
+            price = self.embedding_price(model, "openai")
+        except LookupError as exc:
+            raise _Failure(404, f"The model {model!r} does not exist ({exc})") from None
+        raw = req.get("input")
+        texts = [raw] if isinstance(raw, str) else raw
+        if not isinstance(texts, list) or not texts:
+            raise _Failure(400, "'$.input' is invalid: expected a string or a non-empty array")
+        if not all(isinstance(t, str) for t in texts):
+            raise _Failure(
+                400, "'$.input': token arrays are not supported by the semframe emulator"
+            )
+        if any(not t for t in texts):
+            raise _Failure(400, "'$.input' is invalid: an input cannot be an empty string")
+        if len(texts) > price.max_inputs:
+            msg = f"'$.input' is invalid: an array must be {price.max_inputs} dimensions or less"
+            raise _Failure(400, msg)
+        fmt = req.get("encoding_format", "float")
+        if fmt not in ("float", "base64"):
+            raise _Failure(400, f"encoding_format: must be 'float' or 'base64', got {fmt!r}")
+        dim = req.get("dimensions", price.dimensions)
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= price.dimensions:
+            msg = f"dimensions: must be an integer in [1, {price.dimensions}], got {dim!r}"
+            raise _Failure(400, msg)
+        counts = count_for_model(texts, price.model).tokens
+        for i, n in enumerate(counts):
+            if n > price.max_input_tokens:
+                msg = (
+                    f"This model's maximum context length is {price.max_input_tokens} tokens, "
+                    f"however you requested {n} tokens ({n} in your prompt; input {i}). "
+                    "Please reduce your prompt."
+                )
+                raise _Failure(400, msg)
+        total = sum(counts)
+        if price.max_request_tokens and total > price.max_request_tokens:
+            msg = f"Requested {total} tokens, max {price.max_request_tokens} tokens per request"
+            raise _Failure(400, msg)
+        name = str(model)
+        self._admit("openai", name, total)
+        fault = self.faults.pick("openai", "\n".join(texts))
+        if fault is not None and fault.kind in ("rate_limit", "server_error"):
+            raise self._refuse("openai", name, fault, batch=False, custom_id=None, cache_key=None)
+        if fault is not None and fault.kind == "hang":
+            self._wait(fault.seconds)
+        arrival = self.clock.now()
+        self._wait(self.latency_for("openai").of(0))
+        vectors = [vector(name, t, price.dimensions)[:dim] for t in texts]
+        if dim < price.dimensions:  # OpenAI's shortened vectors are unit length again
+            vectors = [v / max(float((v @ v) ** 0.5), 1e-12) for v in vectors]
+        bill = Cost(uncached_input=price.dollars(total))
+        self.ledger.record(
+            LedgerEntry(
+                "openai", name, 200, total, 0, 0, 0, 0, bill, arrival, self.clock.now(),
+                False, None, None, fault.kind if fault else None,
+            )
+        )  # fmt: skip
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": as_base64(v) if fmt == "base64" else [float(x) for x in v],
+            }
+            for i, v in enumerate(vectors)
+        ]
+        payload = {
+            "object": "list",
+            "data": data,
+            "model": name,
+            "usage": {"prompt_tokens": total, "total_tokens": total},
+        }
         return self._live("openai", payload, fault)
 
     def _r_file_upload(self, body: bytes, headers: Mapping[str, str]) -> Reply:
