@@ -38,6 +38,8 @@ columns, low cardinality): mean and minimum of ``PHC(GGR) / PHC(OPHR)``.
     python benchmarks/reorder.py --rows 50000 --fds 0>3,1>4 --repeats 3
     python benchmarks/reorder.py --reference ../ggr-reference
     python benchmarks/reorder.py --units
+    python benchmarks/reorder.py --scaling-only --scaling-shape proportional --columns 8 \\
+        --scaling 1000000,3000000,10000000
 
 Writes ``benchmarks/results/reorder.json``.
 
@@ -59,11 +61,13 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import gc
 import json
 import math
 import os
 import platform
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,6 +76,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -419,6 +424,89 @@ def scaling(
     return out
 
 
+def _rss_mb() -> float:
+    """This process's resident memory now, MB (Linux ``/proc``)."""
+    with open("/proc/self/statm", encoding="ascii") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def table_mb(table: Table) -> float:
+    """The rendered table's own memory, MB: each column's tuple and its distinct strings."""
+    total = 0
+    for c in table.columns:
+        cells = table.cells[c]
+        total += sys.getsizeof(cells)
+        total += sum(sys.getsizeof(v) for v in {id(v): v for v in cells}.values())
+    return total / 1e6
+
+
+def scaling_child(n: int, args: argparse.Namespace, fds: list[tuple[int, int]]) -> dict[str, Any]:
+    """One size of ``--scaling-only``, in a fresh process: one solve, its time and memory.
+
+    ``table_mb`` is the rendered table's own memory (the template's columns:
+    :func:`table_mb`); ``solve_peak_mb_above_table`` is the process's peak
+    resident memory during the solve above what it held just before it, and
+    ``peak_over_table`` that as a multiple of ``table_mb`` (the target: at
+    most 2).
+    """
+    cards = args.cardinalities
+    if args.scaling_shape == "proportional":
+        cards = [c if c <= 100 else max(2, n * c // 100_000) for c in cards]
+    table = synthetic(
+        n, args.columns, cards, args.value_lengths, skew=args.skew, fds=fds, seed=args.seed
+    )
+    size = table_mb(table)
+    gc.collect()
+    with_table = _rss_mb()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+    t0, c0 = time.perf_counter(), time.process_time()
+    o = ggr(table)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3  # kB -> MB
+    # ru_maxrss is the process's peak so far: it counts the solve where the solve set it.
+    solve_peak = peak - with_table if peak > before else math.nan
+    return {
+        "rows": n,
+        "columns": args.columns,
+        "cardinalities": cards,
+        "seconds": wall,
+        "cpu_seconds": cpu,
+        "microseconds_per_row": cpu / n * 1e6,
+        "table_mb": size,
+        "resident_mb_before_solve": with_table,
+        "solve_peak_mb_above_table": solve_peak,
+        "peak_over_table": solve_peak / size if size > 0 else math.nan,
+        "process_peak_mb": peak,
+        "phc_ratio": evaluate(table, o).phc_ratio if n <= 1_000_000 else None,
+    }
+
+
+def scaling_only(args: argparse.Namespace) -> None:
+    """``--scaling-only``: the GGR scaling series, each size in a fresh process."""
+    series = []
+    for n in args.scaling:
+        command = [sys.executable, __file__, "--scaling-child", str(n)]
+        command += ["--columns", str(args.columns), "--scaling-shape", args.scaling_shape]
+        command += ["--fds", args.fds, "--skew", str(args.skew), "--seed", str(args.seed)]
+        command += ["--cardinalities", ",".join(map(str, args.cardinalities))]
+        command += ["--value-lengths", ":".join(map(str, args.value_lengths))]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        series.append(json.loads(done.stdout))
+        s = series[-1]
+        print(
+            f"{s['rows']:>12,} rows: {s['seconds']:8.1f} s, {s['cpu_seconds']:8.1f} CPU s "
+            f"({s['microseconds_per_row']:.1f} us a row); table {s['table_mb']:,.0f} MB, "
+            f"solve peak above it {s['solve_peak_mb_above_table']:,.0f} MB "
+            f"({s['peak_over_table']:.2f}x)",
+            flush=True,
+        )
+    out = args.out or RESULTS.with_name("reorder_scaling.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"shape": args.scaling_shape, "load_average_at_end": os.getloadavg(), "series": series}
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwrote {out}")
+
+
 OPENAI = Granularity(minimum=1024, step=128)
 BLOCKS = Granularity(step=16)
 
@@ -571,8 +659,21 @@ def main() -> None:
     parser.add_argument(
         "--head", type=int, default=1024, help="--units: instruction tokens before every prompt"
     )
+    parser.add_argument(
+        "--scaling-only",
+        action="store_true",
+        help="only the GGR scaling series (--scaling sizes), each size in a fresh process, "
+        "one solve, with the table's memory and the solver's peak above it",
+    )
+    parser.add_argument("--scaling-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     fds = parse_fds(args.fds)
+    if args.scaling_child is not None:
+        json.dump(scaling_child(args.scaling_child, args, fds), sys.stdout)
+        return
+    if args.scaling_only:
+        scaling_only(args)
+        return
     if args.units:
         out = args.out or RESULTS.with_name("reorder_units.json")
         report_units = units_report(args)

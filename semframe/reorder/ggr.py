@@ -67,6 +67,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -341,17 +342,23 @@ class _Solver:
         size = flat.size
         # Sort cells by (code, position) through one unique int64 key: an
         # unstable sort of unique keys is stable, and much faster than argsort.
+        # Arrays of one entry per cell are the solver's peak memory: each is
+        # released as soon as it has served (``ordered`` before ``slot``).
         if int(self.sq.size) * size < 2**62:
-            key = flat * size + np.arange(size, dtype=np.int64)
-            key.sort()
-            order = key % size
-            ordered = key // size
+            order = flat * size
+            order += np.arange(size, dtype=np.int64)
+            order.sort()
+            ordered = order // size
+            order %= size  # in place: the key becomes the cells' order
         else:  # the combined key could overflow int64
             order = np.argsort(flat, kind="stable")
             ordered = flat[order]
-        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        change = ordered[1:] != ordered[:-1]
+        starts = np.flatnonzero(np.concatenate(([True], change)))
+        del change
         counts = np.diff(np.append(starts, size))
         codes = ordered[starts]
+        del ordered
         cand = np.flatnonzero(counts >= 2)
         if cand.size == 0:
             return [self._fallback(node)]
@@ -367,8 +374,12 @@ class _Solver:
         list_count = counts[by_score].tolist()
         n_list = len(list_slot)
         heap: list[tuple[float, int, int, int]] = []
-        slot = np.empty(size, dtype=np.int64)
-        slot[order] = np.repeat(np.arange(codes.size, dtype=np.int64), counts)
+        # each cell's group, in 4 bytes where the groups allow
+        slot_type: type[np.signedinteger[Any]] = np.int32 if codes.size < 2**31 else np.int64
+        slot: np.ndarray[tuple[int], np.dtype[np.signedinteger[Any]]] = np.empty(
+            size, dtype=slot_type
+        )
+        slot[order] = np.repeat(np.arange(codes.size, dtype=slot_type), counts)
         slots = slot.reshape(len(cols), n_rows)
         current = counts.copy()
         alive = np.ones(n_rows, dtype=bool)
@@ -767,7 +778,9 @@ class _DepthFirst:
         if m:
             self.offsets[1:] = np.cumsum(enc.cardinalities[:-1])
         columns = orders[row_order]
-        segments = enc.codes[columns, rows_all[:, None]] + self.offsets[columns]
+        segments = enc.codes[columns, rows_all[:, None]]
+        segments += self.offsets[columns]
+        del columns  # n x m: freed before the sort's own arrays
         perm = depth_first(segments)
         self.segments = segments[perm]
         self.rows = rows_all[perm]
@@ -777,6 +790,15 @@ class _DepthFirst:
     def ordering(self) -> Ordering:
         names = self.names
         return Ordering(tuple(self.rows.tolist()), tuple(names[i] for i in self.order_of.tolist()))
+
+    def same_as(self, other: _DepthFirst) -> bool:
+        """Whether ``other`` is the same ordering (compared as arrays: nothing is built)."""
+        if not np.array_equal(self.rows, other.rows):
+            return False
+        ids: dict[tuple[str, ...], int] = {}
+        mine = np.array([ids.setdefault(n, len(ids)) for n in self.names], dtype=np.int64)
+        theirs = np.array([ids.setdefault(n, len(ids)) for n in other.names], dtype=np.int64)
+        return bool(np.array_equal(mine[self.order_of], theirs[other.order_of]))
 
     def served(self) -> int:
         """Segment units (characters or tokens) a previous-prompt cache serves."""
@@ -847,24 +869,24 @@ def ggr_encoded(
             weigh=w,
         )
         results.append(_DepthFirst(enc, [(e.rows, e.fields) for e in solver.run()]))
-    if len(results) == 1:
-        return results[0].ordering()
+    if len(results) == 1 or results[0].same_as(results[1]):
+        return results[0].ordering()  # nothing to choose (and no tokens to count)
     # The objective decides between the two scores: the prompt units served.
-    orders = [r.ordering() for r in results]
-    if orders[0] == orders[1]:
-        return orders[0]  # nothing to choose (and no tokens to count)
     if objective is None:
         best = max(range(2), key=lambda i: results[i].served())  # the first ("value") on a tie
-        return orders[best]
-    units = objective_units(enc, objective)
+    else:
+        units = objective_units(enc, objective)
 
-    def served(r: _DepthFirst) -> tuple[int, int]:
-        # Served tokens at the cache's granularity; where they tie (a table
-        # whose prompts all fall short of the minimum), segment units decide.
-        at = served_tokens(r.segments, units, objective.granularity, head=objective.head)
-        return at, r.served()
+        def served(r: _DepthFirst) -> tuple[int, int]:
+            # Served tokens at the cache's granularity; where they tie (a table
+            # whose prompts all fall short of the minimum), segment units decide.
+            at = served_tokens(r.segments, units, objective.granularity, head=objective.head)
+            return at, r.served()
 
-    return orders[max(range(2), key=lambda i: served(results[i]))]
+        best = max(range(2), key=lambda i: served(results[i]))
+    chosen = results[best]
+    results.clear()  # the other solve's arrays go before the chosen one's tuples are built
+    return chosen.ordering()
 
 
 def ggr(
