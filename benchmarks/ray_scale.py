@@ -13,7 +13,13 @@ prompt), with 1, 2 and 4 replicas:
   user could write by hand) and sent in file order.
 
 Reported: wall time and the share of prompt tokens served from the replicas'
-prefix caches.
+prefix caches. On GPUs the same comparison runs with a vLLM engine per replica
+(``--measured-only --backend vllm --model DIR``; ``benchmarks/gpu/ray_vllm.sh``).
+
+Then the Ray path's own overhead: the same ``map`` on the fake backend without
+a delay (``--overhead-rows``, 200,000 by default), in process
+against ``executor="ray"`` with 1 and 2 replicas, medians of 3 alternating
+rounds, in seconds per million rows (target: at most 5).
 
 **Simulated** (no engine): a 10-million-row movies-shaped relQuery (150,000
 movies of Zipf-like popularity, each with its description, a review type and
@@ -32,6 +38,7 @@ compared with the single-engine work divided by ``N``.
     python benchmarks/ray_scale.py                 # both parts
     python benchmarks/ray_scale.py --skip-measured # simulation only
     python benchmarks/ray_scale.py --rows 1000000  # a smaller simulation
+    python benchmarks/ray_scale.py --overhead-only # the Ray path's own overhead
 
 Writes ``benchmarks/results/ray_scale.json`` and the plot
 ``docs/img/ray_scale.png``.
@@ -46,6 +53,8 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +118,48 @@ def slow_fake(delay: float) -> Any:
     return create
 
 
-def run_semframe(df: pd.DataFrame, replicas: int, delay: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Target:
+    """The backend both sides run, and what each replica reserves.
+
+    ``slow-fake`` (the CPU run): the fake backend with ``delay`` seconds per
+    request, one request at a time per replica (one slot). ``vllm`` (the GPU
+    run, ``benchmarks/gpu/ray_vllm.sh``): a vLLM engine per replica, one GPU
+    each, ``concurrency`` requests in flight on both sides.
+    """
+
+    backend: str = "slow-fake"
+    model: str | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
+    delay: float = 0.01
+    num_cpus: float = 0.1
+    num_gpus: float = 0.0
+    concurrency: int = 1
+    max_tokens: int = 64
+
+    def backend_settings(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens, "truncated": "keep", **dict(self.settings)}
+
+    def build(self) -> Any:
+        """The backend, in the calling process (a Ray Data actor)."""
+        from semframe.backends import get_backend
+
+        if self.backend == "slow-fake":
+            register_backend("slow-fake", slow_fake(self.delay))
+        return get_backend(self.backend, model=self.model, settings=self.backend_settings())
+
+
+def run_semframe(df: pd.DataFrame, replicas: int, target: Target) -> dict[str, Any]:
     settings = {
-        "backend": "slow-fake",
+        "backend": target.backend,
+        "model": target.model,
         "cache": False,
         "progress": "off",
         "executor": "ray",
         "replicas": replicas,
-        "ray_num_cpus": 0.1,
+        "ray_num_cpus": target.num_cpus,
+        "ray_num_gpus": target.num_gpus,
+        **target.backend_settings(),
     }
     df.iloc[:4].llm.map(TEMPLATE, **settings)  # start the replicas (not timed)
     start = time.perf_counter()
@@ -133,7 +176,7 @@ def run_semframe(df: pd.DataFrame, replicas: int, delay: float) -> dict[str, Any
     }
 
 
-def run_ray_data(df: pd.DataFrame, replicas: int, delay: float) -> dict[str, Any]:
+def run_ray_data(df: pd.DataFrame, replicas: int, target: Target) -> dict[str, Any]:
     """Ray Data map_batches in file order, prompts with the movie first, same backend."""
     import ray
 
@@ -146,22 +189,33 @@ def run_ray_data(df: pd.DataFrame, replicas: int, delay: float) -> dict[str, Any
 
     class Engine:
         def __init__(self) -> None:
-            self.backend = FakeBackend(delay=delay)
+            self.backend = target.build()
 
         def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            cached, total = [], []
-            for i, prompt in zip(batch["i"], batch["prompt"], strict=True):
-                c = self.backend.complete(
-                    Request(int(i), int(i), str(prompt), None, 64, 0.0, None, 0)
-                )
-                cached.append(c.usage.cached_tokens)
-                total.append(c.usage.prompt_tokens)
-            return {"cached": np.array(cached), "total": np.array(total)}
+            requests = [
+                Request(int(i), int(i), str(p), None, target.max_tokens, 0.0, None, 0)
+                for i, p in zip(batch["i"], batch["prompt"], strict=True)
+            ]
+            if target.concurrency > 1:  # the batch in flight at once, as an engine is fed
+                with ThreadPoolExecutor(target.concurrency) as pool:
+                    done = list(pool.map(self.backend.complete, requests))
+            else:
+                done = [self.backend.complete(r) for r in requests]
+            return {
+                "cached": np.array([c.usage.cached_tokens for c in done]),
+                "total": np.array([c.usage.prompt_tokens for c in done]),
+            }
 
     ds = ray.data.from_items([{"i": i, "prompt": p} for i, p in enumerate(prompts)])
     ds = ds.repartition(replicas * 4)  # blocks in file order
     start = time.perf_counter()
-    out = ds.map_batches(Engine, concurrency=replicas, batch_size=None, num_cpus=0.1).to_pandas()
+    out = ds.map_batches(
+        Engine,
+        concurrency=replicas,
+        batch_size=None,
+        num_cpus=target.num_cpus,
+        num_gpus=target.num_gpus,
+    ).to_pandas()
     wall = time.perf_counter() - start
     del ds
     gc.collect()  # let Ray Data release its actors before the next run
@@ -173,35 +227,98 @@ def run_ray_data(df: pd.DataFrame, replicas: int, delay: float) -> dict[str, Any
     }
 
 
-def measured(rows: int, movies: int, delay: float, counts: Sequence[int]) -> dict[str, Any]:
+def measured(rows: int, movies: int, target: Target, counts: Sequence[int]) -> dict[str, Any]:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if target.backend == "slow-fake":
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        register_backend("slow-fake", slow_fake(target.delay))
+    else:
+        ray.init(include_dashboard=False, log_to_driver=False)  # every GPU of the machine
     ray.data.DataContext.get_current().enable_progress_bars = False
-    register_backend("slow-fake", slow_fake(delay))
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     df = movies_frame(rows, movies)
     out: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    df.llm.map(TEMPLATE, backend="slow-fake", cache=False, progress="off")
-    local = semframe.last_run()
-    assert local is not None
-    out.append(
-        {
-            "method": "in-process",
-            "replicas": 1,
-            "wall_s": time.perf_counter() - start,
-            "cached_share": local.cached_share,
-        }
-    )
+    if target.num_gpus == 0:  # in process (a GPU run's driver holds no GPU)
+        start = time.perf_counter()
+        df.llm.map(
+            TEMPLATE,
+            backend=target.backend,
+            model=target.model,
+            cache=False,
+            progress="off",
+            **target.backend_settings(),
+        )
+        local = semframe.last_run()
+        assert local is not None
+        out.append(
+            {
+                "method": "in-process",
+                "replicas": 1,
+                "wall_s": time.perf_counter() - start,
+                "cached_share": local.cached_share,
+            }
+        )
     for n in counts:
-        out.append(run_semframe(df, n, delay))
+        out.append(run_semframe(df, n, target))
         ray_executor.shutdown_replicas()
-        out.append(run_ray_data(df, n, delay))
+        out.append(run_ray_data(df, n, target))
         print(out[-2], "\n", out[-1], flush=True)
     ray_executor.shutdown_replicas()
     ray.shutdown()
-    return {"rows": rows, "movies": movies, "delay_s": delay, "runs": out}
+    return {
+        "rows": rows,
+        "movies": movies,
+        "backend": target.backend,
+        "model": target.model,
+        "delay_s": target.delay if target.backend == "slow-fake" else None,
+        "runs": out,
+    }
+
+
+def overhead(rows: int, repeats: int) -> dict[str, Any]:
+    """The Ray path's own cost: a fake-backend ``map`` in process vs ``executor="ray"``.
+
+    The fake answers at once, so the difference is what the Ray path adds:
+    shipping shards to the replicas, streaming answers back, and the replicas'
+    own executors beside the driver. The replicas are started first (not
+    timed); the three calls alternate, ``repeats`` rounds, medians.
+    """
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    df = movies_frame(rows, max(24, rows // 60))
+    base = {"backend": "fake", "cache": False, "progress": "off"}
+    configs = {
+        "in-process": base,
+        "ray, 1 replica": {**base, "executor": "ray", "replicas": 1, "ray_num_cpus": 0.5},
+        "ray, 2 replicas": {**base, "executor": "ray", "replicas": 2, "ray_num_cpus": 0.5},
+    }
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    for _ in range(repeats):
+        for name, settings in configs.items():
+            df.iloc[:8].llm.map(TEMPLATE, **settings)  # the replicas of this count up
+            gc.collect()
+            start = time.perf_counter()
+            out = df.llm.map(TEMPLATE, **settings)
+            times[name].append(time.perf_counter() - start)
+            assert out["llm_output"].notna().all()
+            del out
+            print(f"  {name}: {times[name][-1]:.2f} s", flush=True)
+    ray_executor.shutdown_replicas()
+    ray.shutdown()
+    med = {name: float(np.median(t)) for name, t in times.items()}
+    return {
+        "rows": rows,
+        "repeats": repeats,
+        "seconds": times,
+        "median_s": med,
+        "overhead_s_per_million_rows": {
+            name: (med[name] - med["in-process"]) * 1e6 / rows
+            for name in configs
+            if name != "in-process"
+        },
+    }
 
 
 # ---------------------------------------------------------------- simulated
@@ -437,12 +554,70 @@ def main() -> None:
         action="store_true",
         help="redo the simulation only (keep the measured part of the last results)",
     )
+    parser.add_argument(
+        "--overhead-rows",
+        type=int,
+        default=200_000,
+        help="rows of the Ray path's overhead measurement (fake backend, no delay)",
+    )
+    parser.add_argument(
+        "--overhead-only",
+        action="store_true",
+        help="redo the overhead measurement only (keep the rest of the last results)",
+    )
+    parser.add_argument(
+        "--backend",
+        default="slow-fake",
+        help="backend of the measured part: slow-fake (CPU) or vllm (a GPU per replica)",
+    )
+    parser.add_argument("--model", default=None, help="model of --backend vllm (a local path)")
+    parser.add_argument(
+        "--replica-counts",
+        default="1,2,4",
+        help="replica counts of the measured part, e.g. 1,2,4,8",
+    )
+    parser.add_argument("--vllm-args", default="{}", help="JSON engine arguments of --backend vllm")
+    parser.add_argument("--concurrency", type=int, default=64, help="--backend vllm: in flight")
+    parser.add_argument(
+        "--measured-only", action="store_true", help="the measured part only (a GPU run)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON --measured-only writes")
     args = parser.parse_args()
+    counts = tuple(int(x) for x in args.replica_counts.split(","))
+    target = Target(delay=args.delay)
+    if args.backend != "slow-fake":
+        target = Target(
+            args.backend,
+            args.model,
+            (("vllm_args", json.loads(args.vllm_args)), ("max_concurrency", args.concurrency)),
+            num_cpus=1.0,
+            num_gpus=1.0,
+            concurrency=args.concurrency,
+        )
+    if args.measured_only:
+        run = measured(args.measured_rows, max(24, args.measured_rows // 25), target, counts)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"measured": run}, indent=2) + "\n")
+        for r in run["runs"]:
+            wall, share = r["wall_s"], r["cached_share"]
+            print(f"  {r['method']:<11} N={r['replicas']}  {wall:8.2f} s  {share:.1%}")
+        print(f"\nwrote {args.out}")
+        return
     result: dict[str, Any] = {"machine": f"{platform.machine()}, {platform.processor() or ''}"}
+    if args.overhead_only:
+        result = json.loads(RESULTS.read_text()) if RESULTS.exists() else result
+        result["overhead"] = overhead(args.overhead_rows, 3)
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        _print_overhead(result["overhead"])
+        return
     if not args.skip_measured:
-        result["measured"] = measured(args.measured_rows, 24, args.delay, (1, 2, 4))
+        result["measured"] = measured(args.measured_rows, 24, target, counts)
     elif RESULTS.exists() and "measured" in (last := json.loads(RESULTS.read_text())):
         result["measured"] = last["measured"]
+    if not args.skip_measured:
+        result["overhead"] = overhead(args.overhead_rows, 3)
+    elif RESULTS.exists() and "overhead" in (last := json.loads(RESULTS.read_text())):
+        result["overhead"] = last["overhead"]
     result["simulated"] = simulate(args.rows, args.movies, (8, 16, 32, 64))
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     plot(result)
@@ -453,7 +628,19 @@ def main() -> None:
                 f"  {r['method']:<11} N={r['replicas']}  {r['wall_s']:6.2f} s  "
                 f"{r['cached_share']:.1%}"
             )
+    if "overhead" in result:
+        _print_overhead(result["overhead"])
     print(f"\nwrote {RESULTS.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+
+
+def _print_overhead(o: dict[str, Any]) -> None:
+    print(
+        f"\nthe Ray path's overhead, fake backend, {o['rows']:,} rows (medians of {o['repeats']}):"
+    )
+    for name, sec in o["median_s"].items():
+        extra = o["overhead_s_per_million_rows"].get(name)
+        more = "" if extra is None else f"  (+{extra:.1f} s per million rows; target <= 5)"
+        print(f"  {name:<16} {sec:6.2f} s{more}")
 
 
 if __name__ == "__main__":
