@@ -367,6 +367,15 @@ SETTINGS: dict[str, Setting] = {
             "cache_dir/embeddings.sqlite.",
         ),
         Setting(
+            "embed_engine",
+            _choice("auto", "numpy", "torch"),
+            "auto",
+            "What runs a BERT embedder ('minilm', a model folder): 'numpy' (no torch), "
+            "'torch' (pip install torch; a CUDA GPU when there is one, else the CPU), or "
+            "'auto' (torch where it is installed and sees a CUDA GPU, else numpy). Both give "
+            "the same vectors to within 1e-6.",
+        ),
+        Setting(
             "ann",
             _choice("auto", "on", "off"),
             "auto",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import subprocess
 import sys
@@ -65,6 +66,41 @@ def test_a_tiny_random_encoder_runs_without_the_model() -> None:
     v = enc.encode(["a b", "bc", "", "a b"])
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(v[0], v[3])
+
+
+TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.skipif(not TORCH, reason="torch not installed (pip install torch)")
+def test_the_torch_engine_gives_the_numpy_vectors() -> None:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b", "##c"]
+    numpy_enc = BertEncoder.random(np.random.default_rng(1), vocab=vocab, hidden=16, layers=3)
+    torch_enc = BertEncoder.random(np.random.default_rng(1), vocab=vocab, hidden=16, layers=3)
+    torch_enc.use_torch("cpu")
+    assert (numpy_enc.engine, torch_enc.engine) == ("numpy", "torch:cpu")
+    texts = ["a b", "bc", "", "a b a b bc", "b"]
+    np.testing.assert_allclose(torch_enc.encode(texts), numpy_enc.encode(texts), atol=1e-5)
+
+
+@pytest.mark.skipif(TORCH, reason="torch is installed here")
+def test_the_torch_engine_without_torch_names_the_install_line() -> None:
+    enc = BertEncoder.random(np.random.default_rng(1), vocab=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    with pytest.raises(MissingDependencyError, match="pip install torch"):
+        enc.use_torch()
+    assert embedders.engine_for("auto") == "numpy"  # auto never needs torch
+    assert enc.engine == "numpy"
+
+
+@needs_minilm
+def test_each_engine_is_built_once_and_numpy_is_the_default_without_a_gpu() -> None:
+    default = embedders.get_embedder("minilm")
+    again = embedders.get_embedder("minilm", {"embed_engine": "auto"})
+    numpy_one = embedders.get_embedder("minilm", {"embed_engine": "numpy"})
+    assert isinstance(numpy_one, embedders.EncoderEmbedder)
+    assert numpy_one.encoder.engine == "numpy"
+    if embedders.engine_for("auto") == "numpy":
+        assert default is again
+        assert default.encoder.engine == "numpy"  # type: ignore[attr-defined]
 
 
 @given(st.lists(st.floats(-30, 30, allow_nan=False, width=32), min_size=1, max_size=50))
