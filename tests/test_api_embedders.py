@@ -307,3 +307,68 @@ def test_join_blocking_refuses_an_api_model_before_anything_is_sent(
                 **settings,
             )
     assert len(emu.ledger) == 0
+
+
+def test_a_budget_counts_what_the_embeddings_cost(emu: ProviderEmulator) -> None:
+    """The embedding bill comes out of the call's budget before the LLM questions run."""
+    from semframe.backends import get_backend
+
+    settings = {"embed_model": SMALL, "base_url": emu.openai_url, "backend": "fake"}
+    common = " ".join(f"word{i}" for i in range(30))
+    own = [" ".join(f"own{i}x{j}" for j in range(30)) for i in range(12)]
+    frame = pd.DataFrame({"t": [f"{common} {o}" for o in own]})  # 66 pairs in the band
+    dedup = {"column": "t", "threshold": 0.9, "verify": True, "band": 0.8}
+    est = frame.llm.dedup(**dedup, estimate=True, **settings)
+    embedding_tokens = est.planned.input_tokens  # about 2,200; a question is about 270
+    fake = get_backend("fake", model=None, settings={})
+    before = len(fake.history)  # type: ignore[attr-defined]
+    with pytest.raises(BudgetExceeded) as caught:
+        frame.llm.dedup(**dedup, budget=f"{embedding_tokens + 300} tokens", **settings)
+    assert emu.ledger.totals().prompt_tokens == embedding_tokens
+    assert caught.value.spent is not None and caught.value.spent >= embedding_tokens
+    # room for at most one question after the embeddings (without counting them: 9)
+    assert len(fake.history) - before <= 1  # type: ignore[attr-defined]
+
+
+def test_stored_vectors_need_no_key_even_to_plan_a_verified_dedup(
+    emu: ProviderEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = {"embed_model": GEMINI, "base_url": emu.gemini_url, "backend": "fake"}
+    frame = pd.DataFrame({"t": ["Apple pie", "apple pie!", "fast car", "Fast car"]})
+    frame.llm.dedup(column="t", threshold=0.9, **settings)  # the vectors are stored now
+    sent = len(emu.ledger)
+    monkeypatch.delenv("GEMINI_API_KEY")
+    est = frame.llm.dedup(
+        column="t", threshold=0.9, verify=True, band=0.5, estimate=True, **settings
+    )
+    assert any("uncertain pairs" in n for n in est.notes)
+    assert len(emu.ledger) == sent
+
+
+def test_the_estimate_counts_requests_as_the_store_sends_them(emu: ProviderEmulator) -> None:
+    """The store computes 1,024 texts at a time: 1,500 texts are two requests, not one."""
+    settings = {"embed_model": SMALL, "base_url": emu.openai_url}
+    frame = pd.DataFrame({"t": [f"text number {i}" for i in range(1500)]})
+    est = frame.llm.search("text", column="t", k=1, estimate=True, **settings)
+    frame.llm.search("text", column="t", k=1, **settings)
+    assert est.requests == len(emu.ledger) == 2
+
+
+def test_an_attempt_that_may_have_been_billed_is_counted(emu: ProviderEmulator) -> None:
+    embedder = _embedder(emu, max_retries=1)
+    answer = [[1.0] + [0.0] * (embedder.dim - 1)]
+    calls: list[int] = []
+
+    def send(texts: list[str]) -> tuple[list[list[float]], int | None]:
+        calls.append(len(texts))
+        if len(calls) == 1:
+            raise RuntimeError("connection dropped after the request was sent")
+        return answer * len(texts), None
+
+    embedder._send = send  # type: ignore[method-assign]
+    embedder._classify = lambda exc: TransientError("dropped", maybe_billed=True)  # type: ignore[method-assign]
+    counted = embedder.count(["hello world"])[0]
+    with usage_scope() as usage:
+        embedder.embed(["hello world"])
+    assert (usage.requests, usage.retries) == (2, 1)
+    assert usage.tokens == 2 * counted  # the lost attempt's tokens too

@@ -292,3 +292,11 @@ def test_components_and_kmeans() -> None:
     labels, centers = kmeans(rows, 2, seed=3)
     assert labels == [0] * 20 + [1] * 20
     assert centers.shape == (2, 8)
+
+
+@needs_minilm
+def test_the_embed_helper_runs_minilm_without_resolved_settings() -> None:
+    from semframe.operators.embed import embed
+
+    left, right = embed(["a red apple"], ["an apple", "a fast car"], model="minilm")
+    assert left.shape == (1, 384) and right.shape == (2, 384)

@@ -52,7 +52,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -172,8 +171,9 @@ def endpoint(provider: str, base_url: str | None) -> str:
     >>> endpoint("openai", "http://127.0.0.1:8000/v1/")
     'http://127.0.0.1:8000/v1'
     """
-    if base_url is None and provider == "openai":
-        base_url = os.environ.get("OPENAI_BASE_URL") or None
+    if base_url is None:
+        variable = "OPENAI_BASE_URL" if provider == "openai" else "GOOGLE_GEMINI_BASE_URL"
+        base_url = os.environ.get(variable) or None
     return (base_url or DEFAULT_ENDPOINTS[provider]).rstrip("/")
 
 
@@ -227,7 +227,9 @@ class EmbedUsage:
     texts : int
         Texts embedded.
     tokens : int
-        Input tokens billed (OpenAI's reported counts; Gemini's counted, approximate).
+        Input tokens billed (OpenAI's reported counts; Gemini's counted, approximate),
+        including, as counted, those of attempts that may have been billed though no
+        answer came back (a read timeout, a dropped connection, a malformed answer).
     dollars : float
         Their price.
     seconds : float
@@ -322,7 +324,6 @@ class ApiEmbedder:
             )
         else:
             self._send, self._secret = _gemini_sender(self.model, base_url, seconds)
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ApiEmbedder({self.provider}:{self.model}, endpoint={self.endpoint!r})"
@@ -393,6 +394,9 @@ class ApiEmbedder:
                     if isinstance(error, TransientError):
                         if usage is not None:
                             usage.rate_limited += error.rate_limited
+                            if error.maybe_billed:  # counted, so nothing billed goes unseen
+                                usage.tokens += counted
+                                usage.dollars += self.price.dollars(counted)
                         if attempt <= self.max_retries:
                             time.sleep(_backoff(attempt, error.retry_after))
                             continue
@@ -401,7 +405,9 @@ class ApiEmbedder:
                             f"{self.provider}:{self.model}, after {attempt} attempts; raise "
                             "max_retries or try again later)"
                         )
-                        raise TransientError(msg, rate_limited=error.rate_limited) from exc
+                        raise TransientError(
+                            msg, rate_limited=error.rate_limited, maybe_billed=error.maybe_billed
+                        ) from exc
                     if error is exc:
                         raise
                     raise error from exc
@@ -409,6 +415,11 @@ class ApiEmbedder:
         finally:
             if usage is not None:
                 usage.seconds += time.monotonic() - began
+        tokens = counted if billed is None else billed
+        if usage is not None:  # answered, so billed, whatever the answer holds
+            usage.texts += len(texts)
+            usage.tokens += tokens
+            usage.dollars += self.price.dollars(tokens)
         array = np.asarray(vectors, dtype=np.float32)
         if array.shape != (len(texts), self.dim):
             msg = (
@@ -416,12 +427,6 @@ class ApiEmbedder:
                 f"shape {array.shape}; expected ({len(texts)}, {self.dim})."
             )
             raise SemframeError(msg)
-        tokens = counted if billed is None else billed
-        if usage is not None:
-            with self._lock:
-                usage.texts += len(texts)
-                usage.tokens += tokens
-                usage.dollars += self.price.dollars(tokens)
         return array
 
     def _classify(self, exc: BaseException) -> BaseException:
@@ -478,7 +483,8 @@ def _gemini_sender(model: str, base_url: str | None, timeout: float) -> tuple[Se
         timeout=round(timeout * 1000),
         retry_options=types.HttpRetryOptions(attempts=1),
     )
-    client = genai.Client(api_key=key, http_options=options)
+    # the Gemini API, never Vertex AI (GOOGLE_GENAI_USE_VERTEXAI): the store names the endpoint
+    client = genai.Client(api_key=key, http_options=options, vertexai=False)
 
     def send(texts: list[str]) -> tuple[list[list[float]], int | None]:
         contents: list[Any] = list(texts)  # one Content per text

@@ -109,7 +109,7 @@ class EncoderEmbedder:
 
 
 _FACTORIES: dict[str, Callable[[], Embedder]] = {}
-_BUILT: dict[tuple[str, str], Embedder] = {}  # (name, embed_engine)
+_BUILT: dict[tuple[str, str], Embedder] = {}  # (name, engine: "numpy" or "torch")
 _API_BUILT: dict[tuple[Any, ...], Embedder] = {}
 _LOCK = threading.Lock()
 
@@ -221,9 +221,11 @@ def get_embedder(name: str, settings: Mapping[str, Any] | None = None) -> Embedd
     name = resolve_embed_model(name)
     if api_embedders.split_model(name) is not None:
         return _api_embedder(name, settings)
-    wanted = str((settings if settings is not None else config())["embed_engine"])
+    engine = engine_for(
+        str((settings if settings is not None else config()).get("embed_engine", "auto"))
+    )
     with _LOCK:
-        built = _BUILT.get((name, wanted))
+        built = _BUILT.get((name, engine))
         if built is not None:
             return built
         if name == "tfidf":
@@ -238,12 +240,12 @@ def get_embedder(name: str, settings: Mapping[str, Any] | None = None) -> Embedd
                     'embed_model="tfidf")'
                 )
                 raise MissingDependencyError(msg)
-            built = EncoderEmbedder("minilm", _on_engine(BertEncoder.load(path), wanted))
+            built = EncoderEmbedder("minilm", _on_engine(BertEncoder.load(path), engine))
         elif name in _FACTORIES:
             built = _FACTORIES[name]()
         else:
-            built = EncoderEmbedder(f"bert:{name}", _on_engine(BertEncoder.load(name), wanted))
-        _BUILT[(name, wanted)] = built
+            built = EncoderEmbedder(f"bert:{name}", _on_engine(BertEncoder.load(name), engine))
+        _BUILT[(name, engine)] = built
         return built
 
 
@@ -264,13 +266,16 @@ def engine_for(wanted: str) -> str:
         return wanted
     if importlib.util.find_spec("torch") is None:
         return "numpy"
-    import torch
+    try:
+        import torch
 
-    return "torch" if torch.cuda.is_available() else "numpy"
+        return "torch" if torch.cuda.is_available() else "numpy"
+    except Exception:  # a torch that does not load (a CUDA library mismatch): numpy, as without
+        return "numpy"
 
 
-def _on_engine(encoder: BertEncoder, wanted: str) -> BertEncoder:
-    if engine_for(wanted) == "torch":
+def _on_engine(encoder: BertEncoder, engine: str) -> BertEncoder:
+    if engine == "torch":
         encoder.use_torch()  # MissingDependencyError (with the install line) without torch
     return encoder
 

@@ -46,9 +46,9 @@ from semframe.backends.api_embedders import (
     store_name,
     usage_scope,
 )
-from semframe.backends.embedders import BUILT_IN, get_embedder, resolve_embed_model
+from semframe.backends.embedders import BUILT_IN, Embedder, get_embedder, resolve_embed_model
 from semframe.cache.index import VectorIndex, build_index, index_key
-from semframe.cache.vectors import EmbedStats, embed_texts, open_store, text_key
+from semframe.cache.vectors import CHUNK, EmbedStats, embed_texts, open_store, text_key
 from semframe.core.paths import cache_dir
 from semframe.core.vectors import Rows, SparseRows, dense, n_rows
 from semframe.cost.pricing import EmbeddingPrice
@@ -151,6 +151,9 @@ class Embedded:
         Each group's text keys (empty for TF-IDF): what a saved index is named by.
     usage : EmbedUsage or None
         What an API embedder's requests cost (``None`` for a local model).
+    run : RunStats or None
+        Those requests as a run (``semframe.last_run()``), ``None`` when none
+        was sent: what a call's budget counts (``BudgetGuard.add``).
     """
 
     groups: tuple[Rows, ...]
@@ -158,6 +161,7 @@ class Embedded:
     stats: EmbedStats | None
     keys: tuple[tuple[bytes, ...], ...] = ()
     usage: EmbedUsage | None = None
+    run: RunStats | None = None
 
     def counts(self) -> dict[str, int]:
         """``texts_embedded``, ``vectors_reused`` for ``last_op().counts``.
@@ -197,8 +201,14 @@ def embed_groups(
     model = resolve_embed_model(settings["embed_model"])
     if model == "tfidf":
         return Embedded(tuple(tfidf_rows(groups)), model, None)
-    embedder = get_embedder(model, settings)
     texts = [t for g in groups for t in g]
+    embedder: Embedder
+    priced = api_cost(texts, settings) if settings["cache"] else None
+    if priced is not None and priced.stored == priced.texts:
+        # every vector is stored: read them without a client (no key needed, nothing sent)
+        embedder = _Stored(store_name(model, settings.get("base_url")), priced.price.dimensions)
+    else:
+        embedder = get_embedder(model, settings)
     api = embedder if isinstance(embedder, ApiEmbedder) else None
     store = open_store(cache_dir(settings["cache_dir"])) if settings["cache"] else None
     with usage_scope() as usage:
@@ -212,8 +222,7 @@ def embed_groups(
         finally:
             if store is not None:
                 store.close()
-    if api is not None and usage.requests:
-        _record(op, api, usage, failed=False)
+    run = _record(op, api, usage, failed=False) if api is not None and usage.requests else None
     out: list[Rows] = []
     keys: list[tuple[bytes, ...]] = []
     at = 0
@@ -221,10 +230,22 @@ def embed_groups(
         out.append(vectors[at : at + len(g)])
         keys.append(tuple(text_key(t) for t in g))
         at += len(g)
-    return Embedded(tuple(out), embedder.name, stats, tuple(keys), usage if api else None)
+    return Embedded(tuple(out), embedder.name, stats, tuple(keys), usage if api else None, run)
 
 
-def _record(op: str, embedder: ApiEmbedder, usage: EmbedUsage, *, failed: bool) -> None:
+@dataclass
+class _Stored:
+    """An API embedder's name and size, for reading vectors the store holds (never embeds)."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        msg = f"{self.name}: every vector was to be read from the embedding store"
+        raise AssertionError(msg)
+
+
+def _record(op: str, embedder: ApiEmbedder, usage: EmbedUsage, *, failed: bool) -> RunStats:
     """Make an API embedder's requests ``semframe.last_run()`` (``failed``: the call raised)."""
     stats = RunStats(
         op=op,
@@ -246,6 +267,7 @@ def _record(op: str, embedder: ApiEmbedder, usage: EmbedUsage, *, failed: bool) 
         rate_limited=usage.rate_limited,
     )
     record_run(stats)
+    return stats
 
 
 @dataclass(frozen=True)
@@ -321,8 +343,16 @@ def api_cost(texts: Sequence[str], settings: Mapping[str, Any]) -> ApiCost | Non
     todo = [t for t in unique if text_key(t) not in found]
     counted = count_for_model(todo, price.model)
     counts = list(counted.tokens)
-    requests = len(
-        batches(counts, max_inputs=price.max_inputs, max_tokens=price.max_request_tokens)
+    # the store computes CHUNK texts at a time, and each chunk is batched on its own
+    requests = sum(
+        len(
+            batches(
+                counts[at : at + CHUNK],
+                max_inputs=price.max_inputs,
+                max_tokens=price.max_request_tokens,
+            )
+        )
+        for at in range(0, len(counts), CHUNK)
     )
     return ApiCost(
         model, price, len(unique), len(unique) - len(todo), sum(counts), requests, counted.exact

@@ -209,7 +209,7 @@ def _settings(op: str, settings: Mapping[str, Any]) -> tuple[Mapping[str, Any], 
     if api is not None:
         require_sdk(api[0])  # MissingDependencyError (with the install line) before any work
     elif model != "tfidf":
-        get_embedder(model)  # MissingDependencyError (with the install line) before any work
+        get_embedder(model, cfg)  # MissingDependencyError (with the install line) before any work
     return cfg, model
 
 
@@ -266,6 +266,13 @@ def _estimate(c: _Compiled) -> Estimate:
 
 def _embed(c: _Compiled, groups: Sequence[Sequence[str]]) -> Embedded:
     return embed_groups(groups, {**c.settings, "embed_model": c.model}, op=c.op)
+
+
+def _charge(c: _Compiled, runner: Runner, embedded: Embedded) -> None:
+    """Count what an API embedder's requests cost against the call's budget (once a call)."""
+    if runner.guard is not None and embedded.run is not None and not c.memo.get("charged"):
+        runner.guard.add(embedded.run)
+        c.memo["charged"] = True
 
 
 def _off(step: object) -> bool:
@@ -378,6 +385,7 @@ class Search:
             _llm_backend(c.llm.topk.settings)
         wanted = c.llm.candidates if isinstance(c.llm, Rerank) else c.k  # candidates >= k
         embedded = _embed(c, [[c.texts[r] for r in c.present], [c.query]])
+        _charge(c, runner, embedded)
         index = index_for(embedded, 0, c.settings)
         ids, sims = index.search(embedded.groups[1], wanted)
         hits = [(int(i), float(s)) for i, s in zip(ids[0], sims[0], strict=True) if i >= 0]
@@ -498,6 +506,7 @@ class SimJoin:
             c,
             [[c.other_texts[r] for r in c.other_present], [c.texts[r] for r in c.present]],
         )
+        _charge(c, runner, embedded)
         index = index_for(embedded, 0, c.settings)
         ids, sims = index.search(embedded.groups[1], c.k)
         rows: list[int] = []
@@ -625,6 +634,7 @@ class Dedup:
         if isinstance(c.llm, Verify):
             _llm_backend(c.llm.settings)
         found = _links(c)
+        _charge(c, runner, found.embedded)
         links = [(c.present[a], c.present[b]) for a, b in found.links]
         counts: dict[str, int] = {}
         verdicts = None
@@ -798,6 +808,7 @@ class Cluster:
         if isinstance(c.llm, Label):
             _llm_backend(c.llm.settings)
         embedded = _embed(c, [[c.texts[r] for r in c.present]])
+        _charge(c, runner, embedded)
         labels, centroids = kmeans(embedded.groups[0], c.k, seed=c.seed)
         values: list[int | None] = [None] * c.frame.height
         for r, label in zip(c.present, labels, strict=True):

@@ -79,7 +79,7 @@ class BudgetGuard:
         )
 
     def add(self, stats: RunStats) -> None:
-        """Count a finished relQuery run."""
+        """Count a finished relQuery run (or other requests the call paid for, as a run)."""
         self.dollars += stats.dollars or 0.0
         self.tokens += stats.prompt_tokens + stats.output_tokens
 
