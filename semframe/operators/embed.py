@@ -48,7 +48,14 @@ from semframe.backends.api_embedders import (
 )
 from semframe.backends.embedders import BUILT_IN, Embedder, get_embedder, resolve_embed_model
 from semframe.cache.index import VectorIndex, build_index, index_key
-from semframe.cache.vectors import CHUNK, EmbedStats, embed_texts, open_store, text_key
+from semframe.cache.vectors import (
+    CHUNK,
+    EmbedStats,
+    VectorStore,
+    embed_texts,
+    open_store,
+    text_key,
+)
 from semframe.core.paths import cache_dir
 from semframe.core.vectors import Rows, SparseRows, dense, n_rows
 from semframe.cost.pricing import EmbeddingPrice
@@ -202,26 +209,22 @@ def embed_groups(
     if model == "tfidf":
         return Embedded(tuple(tfidf_rows(groups)), model, None)
     texts = [t for g in groups for t in g]
-    embedder: Embedder
-    priced = api_cost(texts, settings) if settings["cache"] else None
-    if priced is not None and priced.stored == priced.texts:
-        # every vector is stored: read them without a client (no key needed, nothing sent)
-        embedder = _Stored(store_name(model, settings.get("base_url")), priced.price.dimensions)
-    else:
-        embedder = get_embedder(model, settings)
-    api = embedder if isinstance(embedder, ApiEmbedder) else None
     store = open_store(cache_dir(settings["cache_dir"])) if settings["cache"] else None
-    with usage_scope() as usage:
-        try:
-            check = None if api is None else api.check
-            vectors, stats = embed_texts(embedder, texts, store=store, before=check)
-        except BaseException:
-            if api is not None and usage.requests:
-                _record(op, api, usage, failed=True)  # what was sent before it failed
-            raise
-        finally:
-            if store is not None:
-                store.close()
+    api: ApiEmbedder | None = None
+    try:
+        embedder = _embedder_for(model, settings, store, texts)
+        api = embedder if isinstance(embedder, ApiEmbedder) else None
+        with usage_scope() as usage:
+            try:
+                check = None if api is None else api.check
+                vectors, stats = embed_texts(embedder, texts, store=store, before=check)
+            except BaseException:
+                if api is not None and usage.requests:
+                    _record(op, api, usage, failed=True)  # what was sent before it failed
+                raise
+    finally:
+        if store is not None:
+            store.close()
     run = _record(op, api, usage, failed=False) if api is not None and usage.requests else None
     out: list[Rows] = []
     keys: list[tuple[bytes, ...]] = []
@@ -231,6 +234,21 @@ def embed_groups(
         keys.append(tuple(text_key(t) for t in g))
         at += len(g)
     return Embedded(tuple(out), embedder.name, stats, tuple(keys), usage if api else None, run)
+
+
+def _embedder_for(
+    model: str, settings: Mapping[str, Any], store: VectorStore | None, texts: Sequence[str]
+) -> Embedder:
+    """The embedder of ``model``; for an API model whose vectors ``store`` all holds, none.
+
+    Those vectors are read without a client: no key is needed and nothing is sent.
+    """
+    if split_model(model) is not None:
+        name = store_name(model, settings.get("base_url"))
+        unique = list(dict.fromkeys(texts))
+        if len(_stored(store, name, unique)) == len(unique):
+            return _Stored(name, api_price(model).dimensions)
+    return get_embedder(model, settings)
 
 
 @dataclass
@@ -309,6 +327,17 @@ class ApiCost:
 _log = logging.getLogger(__name__)
 
 
+def _stored(store: VectorStore | None, name: str, unique: Sequence[str]) -> set[bytes]:
+    """The keys of the distinct texts ``unique`` whose vectors ``store`` holds under ``name``."""
+    if store is None or not unique:
+        return set()
+    try:
+        return set(store.get_many(name, [text_key(t) for t in unique]))
+    except sqlite3.Error as exc:
+        _log.warning("embedding store unreadable (%s): counting every text as not stored", exc)
+        return set()
+
+
 def api_cost(texts: Sequence[str], settings: Mapping[str, Any]) -> ApiCost | None:
     """What embedding ``texts`` with ``settings["embed_model"]`` costs; ``None`` for a local model.
 
@@ -329,17 +358,12 @@ def api_cost(texts: Sequence[str], settings: Mapping[str, Any]) -> ApiCost | Non
         return None
     price = api_price(model)
     unique = list(dict.fromkeys(texts))
-    found: set[bytes] = set()
-    if settings["cache"] and unique:
-        store = open_store(cache_dir(settings["cache_dir"]))
+    store = open_store(cache_dir(settings["cache_dir"])) if settings["cache"] else None
+    try:
+        found = _stored(store, store_name(model, settings.get("base_url")), unique)
+    finally:
         if store is not None:
-            try:
-                keys = [text_key(t) for t in unique]
-                found = set(store.get_many(store_name(model, settings.get("base_url")), keys))
-            except sqlite3.Error as exc:
-                _log.warning("embedding store unreadable (%s): pricing every text", exc)
-            finally:
-                store.close()
+            store.close()
     todo = [t for t in unique if text_key(t) not in found]
     counted = count_for_model(todo, price.model)
     counts = list(counted.tokens)
