@@ -371,12 +371,8 @@ class BertEncoder:
         return out
 
     def _forward(self, ids: Sequence[Sequence[int]]) -> NDArray[np.float32]:
-        b, n = len(ids), max(len(s) for s in ids)
-        tok = np.zeros((b, n), dtype=np.int64)
-        mask = np.zeros((b, n), dtype=np.float32)
-        for i, s in enumerate(ids):
-            tok[i, : len(s)] = s
-            mask[i, : len(s)] = 1.0
+        tok, mask = _padded(ids)
+        b, n = tok.shape
         cfg = self.config
         h, d = cfg.hidden, cfg.hidden // cfg.heads
         x = self._words[tok] + self._positions[:n] + self._type0
@@ -413,6 +409,17 @@ class BertEncoder:
         return unit
 
 
+def _padded(ids: Sequence[Sequence[int]]) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+    """A batch's word pieces padded to its longest, and the mask of the real ones."""
+    b, n = len(ids), max(len(s) for s in ids)
+    tok = np.zeros((b, n), dtype=np.int64)
+    mask = np.zeros((b, n), dtype=np.float32)
+    for i, s in enumerate(ids):
+        tok[i, : len(s)] = s
+        mask[i, : len(s)] = 1.0
+    return tok, mask
+
+
 class _TorchWeights:
     """A :class:`BertEncoder`'s weights as torch tensors on one device, and its forward pass.
 
@@ -445,13 +452,10 @@ class _TorchWeights:
     def forward(self, ids: Sequence[Sequence[int]]) -> NDArray[np.float32]:
         torch, cfg = self.torch, self.config
         fn = torch.nn.functional
-        b, n = len(ids), max(len(s) for s in ids)
-        tok = torch.zeros((b, n), dtype=torch.long)
-        mask = torch.zeros((b, n), dtype=torch.float32)
-        for i, s in enumerate(ids):
-            tok[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
-            mask[i, : len(s)] = 1.0
-        tok, mask = tok.to(self.device), mask.to(self.device)
+        tok_np, mask_np = _padded(ids)
+        b, n = tok_np.shape
+        tok = torch.from_numpy(tok_np).to(self.device)
+        mask = torch.from_numpy(mask_np).to(self.device)
         h, heads = cfg.hidden, cfg.heads
         d = h // heads
         with torch.inference_mode():
