@@ -167,6 +167,18 @@ def span_of(paced: Mapping[Pace, Figures]) -> Span:
     )
 
 
+def _counts(parts: Sequence[Figures]) -> tuple[int, int, int, int, int, int]:
+    """The token and request counts of ``parts`` added up, in :class:`Figures`' order."""
+    return (
+        sum(p.requests for p in parts),
+        sum(p.input_tokens for p in parts),
+        sum(p.cached_tokens for p in parts),
+        sum(p.cache_write_tokens for p in parts),
+        sum(p.output_tokens for p in parts),
+        sum(p.output_tokens_max for p in parts),
+    )
+
+
 @dataclass(frozen=True)
 class Figures:
     """Expected figures of one request order.
@@ -253,15 +265,39 @@ class Figures:
         maxima = [p.cost_max for p in parts]
         walls = [p.wall_seconds for p in parts]
         return cls(
-            sum(p.requests for p in parts),
-            sum(p.input_tokens for p in parts),
-            sum(p.cached_tokens for p in parts),
-            sum(p.cache_write_tokens for p in parts),
-            sum(p.output_tokens for p in parts),
-            sum(p.output_tokens_max for p in parts),
+            *_counts(parts),
             total,
             None if not parts or None in maxima else sum(cast("list[float]", maxima)),
             None if not parts or None in walls else max(cast("list[float]", walls)),
+        )
+
+    def then(self, after: Figures) -> Figures:
+        """These figures, then ``after``'s (a step run once these are done).
+
+        Counts and dollars add up, a part without a price adding none; the
+        wall time is the two added where ``after``'s is modelled (this part's
+        counting as 0 where it is not), else unknown.
+
+        Examples
+        --------
+        >>> from semframe.cost.pricing import Cost
+        >>> embed = Figures(0, 0, 0, 0, 0, 0, Cost(), 0.0, None)
+        >>> ask = Figures(3, 90, 0, 0, 12, 96, None, None, 1.5)
+        >>> both = embed.then(ask)
+        >>> both.requests, both.tokens, both.dollars, both.wall_seconds
+        (3, 102, 0.0, 1.5)
+        """
+
+        def total(x: float | None, y: float | None) -> float | None:
+            return None if x is None and y is None else (x or 0.0) + (y or 0.0)
+
+        costs = [c for c in (self.cost, after.cost) if c is not None]
+        wall = after.wall_seconds
+        return Figures(
+            *_counts((self, after)),
+            None if not costs else functools.reduce(operator.add, costs),
+            total(self.cost_max, after.cost_max),
+            None if wall is None else (self.wall_seconds or 0.0) + wall,
         )
 
     def scaled(self, factor: float) -> Figures:

@@ -38,7 +38,7 @@ from semframe.core.plan import Plan, RelQuery, make_plan
 from semframe.core.table import MISSING, Table, fence
 from semframe.core.template import Template, compile_template, parse_template
 from semframe.core.wire import Outcome
-from semframe.cost.estimate import Estimate, Figures
+from semframe.cost.estimate import Estimate
 from semframe.errors import InputError, RowError
 from semframe.operators.common import check_error_column, check_new_columns, describe
 from semframe.operators.topk import TOPK, Ranking, TopkCall, TopkPlan, compile_topk, rank
@@ -503,28 +503,6 @@ def label_columns(
 # -- estimates: the embeddings' and the LLM's together ----------------------------------
 
 
-def _plus(a: Figures, b: Figures) -> Figures:
-    """Figures of ``a`` then ``b``: counts and dollars add up (an unpriced part adds none)."""
-
-    def total(x: float | None, y: float | None) -> float | None:
-        return None if x is None and y is None else (x or 0.0) + (y or 0.0)
-
-    costs = [c for c in (a.cost, b.cost) if c is not None]
-    cost = None if not costs else sum(costs[1:], costs[0])
-    wall = None if b.wall_seconds is None else (a.wall_seconds or 0.0) + b.wall_seconds
-    return Figures(
-        a.requests + b.requests,
-        a.input_tokens + b.input_tokens,
-        a.cached_tokens + b.cached_tokens,
-        a.cache_write_tokens + b.cache_write_tokens,
-        a.output_tokens + b.output_tokens,
-        a.output_tokens_max + b.output_tokens_max,
-        cost,
-        total(a.cost_max, b.cost_max),
-        wall,
-    )
-
-
 def with_llm(base: Estimate, llm: Estimate) -> Estimate:
     """The embedding estimate ``base`` with its LLM step ``llm`` added (run after it).
 
@@ -547,8 +525,8 @@ def with_llm(base: Estimate, llm: Estimate) -> Estimate:
     return replace(
         llm,
         op=base.op,
-        planned=_plus(base.planned, llm.planned),
-        original=_plus(base.original, llm.original),
+        planned=base.planned.then(llm.planned),
+        original=base.original.then(llm.original),
         notes=(*base.notes, *llm.notes),
         seconds_to_estimate=base.seconds_to_estimate + llm.seconds_to_estimate,
     )
