@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import random
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,6 +56,16 @@ def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
         if secret and len(secret) >= 6:
             text = text.replace(secret, "***")
     return _KEYLIKE.sub("***", text)
+
+
+def backoff(attempt: int, retry_after: float | None) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: exponential backoff with full jitter.
+
+    ``Retry-After`` wins when given. Used by the executor and the API embedders.
+    """
+    if retry_after is not None:
+        return max(0.0, retry_after)
+    return float(random.uniform(0, min(30.0, 0.5 * 2 ** (attempt - 1))))
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:

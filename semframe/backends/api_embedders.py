@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -61,7 +60,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from semframe.backends._api import classify_error
+from semframe.backends._api import backoff, classify_error
 from semframe.backends.base import DEFAULT_TIMEOUT
 from semframe.backends.gemini import classify_error as gemini_error
 from semframe.cost.pricing import EmbeddingPrice, embedding_models, embedding_price
@@ -259,13 +258,6 @@ def usage_scope() -> Iterator[EmbedUsage]:
         _USAGE.reset(token)
 
 
-def _backoff(attempt: int, wait: float | None) -> float:
-    """Exponential backoff with full jitter; ``Retry-After`` wins when given."""
-    if wait is not None:
-        return max(0.0, wait)
-    return random.uniform(0, min(30.0, 0.5 * 2 ** (attempt - 1)))
-
-
 Sender = Callable[[list[str]], tuple[list[list[float]], int | None]]
 """Sends one request: the texts' vectors and the billed tokens (``None``: not reported)."""
 
@@ -398,7 +390,7 @@ class ApiEmbedder:
                                 usage.tokens += counted
                                 usage.dollars += self.price.dollars(counted)
                         if attempt <= self.max_retries:
-                            time.sleep(_backoff(attempt, error.retry_after))
+                            time.sleep(backoff(attempt, error.retry_after))
                             continue
                         msg = (
                             f"{error} (embedding {len(texts)} texts with "

@@ -26,13 +26,13 @@ concurrency.
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from semframe.backends._api import backoff
 from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan
 from semframe.core.wire import Outcome, Request
@@ -499,13 +499,6 @@ async def _held(
     finally:
         if not task.done():
             task.cancel()
-
-
-def backoff(attempt: int, retry_after: float | None) -> float:
-    """Exponential backoff with full jitter; ``Retry-After`` wins when given."""
-    if retry_after is not None:
-        return max(0.0, retry_after)
-    return float(random.uniform(0, min(30.0, 0.5 * 2 ** (attempt - 1))))
 
 
 def run_threads(
