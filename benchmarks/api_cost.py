@@ -73,6 +73,7 @@ Writes ``benchmarks/results/api_cost.json`` and ``benchmarks/results/api_cost.pn
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -523,18 +524,18 @@ def main() -> None:
             for provider, model in MODELS:
                 price = price_for(model, PRICES)
                 cell: dict[str, Row] = {}
+                # one cold run of a column of this cell (the table's, and the reruns')
+                run = functools.partial(
+                    run_one,
+                    emus[model],
+                    df,
+                    workload=name,
+                    spec=spec,
+                    provider=provider,
+                    model=model,
+                )
                 for column, order, directives in COLUMNS:
-                    row, warned = run_one(
-                        emus[model],
-                        df,
-                        workload=name,
-                        spec=spec,
-                        provider=provider,
-                        model=model,
-                        column=column,
-                        order=order,
-                        directives=directives,
-                    )
+                    row, warned = run(column=column, order=order, directives=directives)
                     cell[column] = row
                     base = cell["plain"]
                     saved = 1 - row.dollars / base.dollars if base.dollars else 0.0
@@ -578,19 +579,8 @@ def main() -> None:
                     for _ in range(RERUNS):
                         for column, order, directives in COLUMNS:
                             if column in runs:
-                                runs[column].append(
-                                    run_one(
-                                        emus[model],
-                                        df,
-                                        workload=name,
-                                        spec=spec,
-                                        provider=provider,
-                                        model=model,
-                                        column=column,
-                                        order=order,
-                                        directives=directives,
-                                    )[0].dollars
-                                )
+                                again = run(column=column, order=order, directives=directives)[0]
+                                runs[column].append(again.dollars)
                     medians = {c: statistics.median(d) for c, d in runs.items()}
                     check["rerun"] = {**never_above(medians), "runs": runs}
                     print(f"{'':<15} {model:<31} medians: {verdict(check['rerun'])}")
