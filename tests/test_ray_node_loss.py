@@ -164,7 +164,7 @@ class _Actor:
     def options(self, **kwargs: object) -> _Actor:
         return self
 
-    def remote(self, shard: object, settings: object) -> Iterator[object]:
+    def remote(self, shard: object, settings: object, *, completions: bool) -> Iterator[object]:
         return iter(self._refs)
 
 

@@ -512,12 +512,12 @@ def make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     ...  for end, n in plan.requests[1].prefix]
     [('Summarize [review] of [movie].', 2), ('movie: Alien', 2)]
     """
-    with _without_gc():
+    with without_gc():
         return _make_plan(rq, ordering, reorder)
 
 
 @contextlib.contextmanager
-def _without_gc() -> Iterator[None]:
+def without_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while many objects that hold no cycles are built.
 
     Building a request per row allocates enough containers to start a

@@ -48,14 +48,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from semframe.backends import BACKENDS, get_backend, register_backend
 from semframe.backends.base import AsyncBackend, Backend, Capabilities
 from semframe.cache.store import ResultCache
 from semframe.config import ResolvedConfig
-from semframe.core.ordering import Ordering
-from semframe.core.plan import Plan, PrefixGroup
+from semframe.core.plan import Plan
 from semframe.core.wire import Completion, Outcome, Request, Usage
 from semframe.cost.models import CostModel, warm_start
 from semframe.errors import (
@@ -78,13 +77,13 @@ from semframe.runtime.execute import (
     unanswered,
 )
 from semframe.runtime.progress import Progress
+from semframe.runtime.shard import Answer, Answers, Shard, groups_of
 from semframe.runtime.stats import ReplicaStats, RunStats, record_run
 from semframe.serving.partition import partition
 
 __all__ = [
     "INSTALL_LINE",
     "PER_REQUEST_CHARS",
-    "Answer",
     "Replica",
     "connect",
     "execute_ray",
@@ -122,27 +121,6 @@ def require_ray() -> Any:
     except ImportError:
         msg = f"executor='ray' needs Ray, which is not installed. Install it with: {INSTALL_LINE}"
         raise MissingDependencyError(msg) from None
-
-
-class Answer(NamedTuple):
-    """One outcome a replica streams back to the driver.
-
-    Attributes
-    ----------
-    id : int
-        The request's position in the replica's shard.
-    outcome : Outcome
-        What became of it.
-    completion : Completion or None
-        The answer to store in the result cache (parsed, not cut), else ``None``.
-    usage : Usage
-        Usage the backend reported for it, summed over its attempts.
-    """
-
-    id: int
-    outcome: Outcome
-    completion: Completion | None
-    usage: Usage
 
 
 class _Meter:
@@ -241,16 +219,20 @@ class Replica:
         """Send nothing more in the current run (requests in flight complete)."""
         self._stop.set()
 
-    def run(self, shard: Plan, settings: ResolvedConfig) -> Iterator[list[Answer]]:
-        """Execute ``shard`` with the run's ``settings``; yield its outcomes in batches.
+    def run(
+        self, packed: Shard, settings: ResolvedConfig, *, completions: bool
+    ) -> Iterator[Answers]:
+        """Execute ``packed`` with the run's ``settings``; yield its outcomes in batches.
 
         ``settings`` (:func:`replica_settings` of the run) give what the replica
         reads per run: concurrency, retries, rate limits, timeouts, warm start.
         Its backend was built with the pool's (they agree on what the backend
-        reads: :func:`pool_key`).
+        reads: :func:`pool_key`). The answers themselves come back only with
+        ``completions`` (the driver keeps a result cache).
         """
         self._stop.clear()
         cfg = settings
+        shard = packed.plan()
         meter = _Meter(self.backend)
         events: queue.SimpleQueue[Answer | BaseException | None] = queue.SimpleQueue()
 
@@ -294,7 +276,7 @@ class Replica:
                     item = _PENDING  # more will come
                     break
             if batch:
-                yield batch
+                yield Answers.of(batch, completions=completions)
             if item is None:
                 return
             if isinstance(item, BaseException):
@@ -586,16 +568,6 @@ def shutdown_replicas() -> None:
         _pool = None
 
 
-def _shard_plan(plan: Plan, ids: Sequence[int]) -> Plan:
-    """The requests ``ids`` of ``plan`` as a plan of their own (ids renumbered, no table)."""
-    requests = tuple(plan.requests[i]._replace(id=k, row=k) for k, i in enumerate(ids))
-    groups = _groups_of(requests)
-    rq = dataclasses.replace(plan.relquery, table=plan.relquery.table.take(()))
-    ordering = Ordering(tuple(range(len(ids))), tuple(plan.ordering.fields[i] for i in ids))
-    shared = tuple(plan.shared_chars[i] for i in ids)
-    return Plan(rq, ordering, plan.reorder, plan.instructions, requests, tuple(groups), shared)
-
-
 @dataclass
 class _Tally:
     rows: int = 0
@@ -621,6 +593,7 @@ class _Run:
     plan: Plan
     actors: list[Any]
     settings: ResolvedConfig | None = None  # what replicas read per run (replica_settings)
+    completions: bool = False  # replicas send their answers back (for the result cache)
     events: queue.SimpleQueue[tuple[str, int, Any]] = field(default_factory=queue.SimpleQueue)
     jobs: dict[int, _Job] = field(default_factory=dict)
     active: set[int] = field(default_factory=set)
@@ -633,17 +606,20 @@ class _Run:
         if not self.alive:
             msg = "every Ray replica died"
             raise RunAborted(msg)
-        requests = [self.plan.requests[i] for i in ids]
-        groups = _groups_of(requests)
-        part = partition(requests, groups, len(self.alive), per_request=PER_REQUEST_CHARS)
-        for k, positions in enumerate(part.shards):
+        shards: Sequence[Sequence[int]] = [range(len(ids))]
+        if len(self.alive) > 1:
+            requests = [self.plan.requests[i] for i in ids]
+            groups = groups_of(requests)
+            part = partition(requests, groups, len(self.alive), per_request=PER_REQUEST_CHARS)
+            shards = part.shards
+        for k, positions in enumerate(shards):
             if not positions:
                 continue
             job = _Job(self.alive[k], tuple(ids[p] for p in positions))
             number = len(self.jobs)
             self.jobs[number] = job
             self.active.add(number)
-            shard = _shard_plan(self.plan, job.ids)
+            shard = Shard.of(self.plan, job.ids)
             threading.Thread(
                 target=self._pump,
                 args=(number, self.actors[job.replica], shard),
@@ -651,10 +627,12 @@ class _Run:
                 daemon=True,
             ).start()
 
-    def _pump(self, number: int, actor: Any, shard: Plan) -> None:
+    def _pump(self, number: int, actor: Any, shard: Shard) -> None:
         ray = self.ray
         try:
-            stream = actor.run.options(num_returns="streaming").remote(shard, self.settings)
+            stream = actor.run.options(num_returns="streaming").remote(
+                shard, self.settings, completions=self.completions
+            )
             for ref in stream:
                 self.events.put(("answers", number, ray.get(ref)))
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
@@ -675,16 +653,6 @@ class _Run:
         for number in self.active:
             with contextlib.suppress(Exception):
                 self.actors[self.jobs[number].replica].stop.remote()
-
-
-def _groups_of(requests: Sequence[Request]) -> list[PrefixGroup]:
-    groups = []
-    start = 0
-    for k in range(1, len(requests) + 1):
-        if k == len(requests) or requests[k].group != requests[k - 1].group:
-            groups.append(PrefixGroup(start, k))
-            start = k
-    return groups
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -753,6 +721,7 @@ def execute_ray(
                 plan,
                 pool.actors,
                 replica_settings(settings, backend, replicas),
+                completions=keep is not None,
                 alive=list(range(replicas)),
             )
             # What a replica may have in flight (sent, the answer not streamed back).
@@ -766,14 +735,13 @@ def execute_ray(
                 job = run.jobs[number]
                 tally = tallies[job.replica]
                 if kind == "answers":
-                    for answer in cast("list[Answer]", payload):
-                        pos = job.ids[answer.id]
-                        if outcomes[pos] is not None:
-                            continue
-                        _count(totals, tally, answer, start)
-                        outcomes[pos] = answer.outcome
-                        if keep is not None and answer.completion is not None:
-                            keep(plan.requests[pos], answer.completion)
+                    batch = cast(Answers, payload)
+                    fresh = _take(batch, job, outcomes, totals, tally, start=start)
+                    if keep is not None and batch.completions is not None:
+                        for k in fresh:
+                            completion = batch.completions[k]
+                            if completion is not None:
+                                keep(plan.requests[job.ids[batch.ids[k]]], completion)
                     if bar is not None:
                         bar.update(
                             totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors
@@ -875,21 +843,52 @@ def _charge_lost(totals: Totals, backend: Backend, left: Sequence[Request], wind
         totals.lost(lost_prompt_tokens(backend, request), request.max_tokens)
 
 
-def _count(totals: Totals, tally: _Tally, answer: Answer, start: float) -> None:
-    u, outcome = answer.usage, answer.outcome
-    totals.prompt_tokens += u.prompt_tokens
-    totals.cached_tokens += u.cached_tokens
-    totals.cache_write_tokens += u.cache_write_tokens
-    totals.output_tokens += u.output_tokens
-    totals.largest_output = max(totals.largest_output, u.output_tokens)
-    totals.sent += outcome.attempts
-    totals.retries += max(0, outcome.attempts - 1)
-    totals.done += 1
-    if outcome.error_kind is not None:
-        totals.errors += 1
-    tally.rows += 1
-    tally.requests += outcome.attempts
-    tally.prompt_tokens += u.prompt_tokens
-    tally.cached_tokens += u.cached_tokens
-    tally.output_tokens += u.output_tokens
+def _take(
+    batch: Answers,
+    job: _Job,
+    outcomes: list[Outcome | None],
+    totals: Totals,
+    tally: _Tally,
+    *,
+    start: float,
+) -> list[int]:
+    """Put ``batch``'s outcomes in place (plan order) and count them; answered rows are skipped.
+
+    A row is answered once: a batch from a replica that was given up on may
+    still arrive after its rows were sent to another. Returns the positions
+    in ``batch`` that were taken.
+    """
+    ids = [job.ids[i] for i in batch.ids]
+    fresh = [k for k, pos in enumerate(ids) if outcomes[pos] is None]
+    if not fresh:
+        return fresh
+    values = batch.outcome_list()
+    usage = batch.usage
+    attempts = batch.outcomes[Outcome._fields.index("attempts")]
+    kinds = batch.outcomes[Outcome._fields.index("error_kind")]
+    if len(fresh) < len(ids):
+        values = [values[k] for k in fresh]
+        ids = [ids[k] for k in fresh]
+        usage = tuple(tuple(column[k] for k in fresh) for column in usage)
+        attempts = tuple(attempts[k] for k in fresh)
+        kinds = tuple(kinds[k] for k in fresh)
+    for pos, outcome in zip(ids, values, strict=True):
+        outcomes[pos] = outcome
+    prompt, cached, written, output = map(sum, usage)
+    sent = sum(attempts)
+    totals.prompt_tokens += prompt
+    totals.cached_tokens += cached
+    totals.cache_write_tokens += written
+    totals.output_tokens += output
+    totals.largest_output = max(totals.largest_output, *usage[3])
+    totals.sent += sent
+    totals.retries += sent - sum(1 for a in attempts if a)
+    totals.done += len(ids)
+    totals.errors += len(kinds) - kinds.count(None)
+    tally.rows += len(ids)
+    tally.requests += sent
+    tally.prompt_tokens += prompt
+    tally.cached_tokens += cached
+    tally.output_tokens += output
     tally.last = time.monotonic() - start
+    return fresh

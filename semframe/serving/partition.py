@@ -328,8 +328,10 @@ def _common_end(a: Request, b: Request) -> int:
 
 
 def _same_level(a: Request, b: Request, depth: int) -> bool:
-    end = _level(a, depth)
-    return end is not None and end == _level(b, depth) and a.prompt[:end] == b.prompt[:end]
+    if len(a.prefix) <= depth or len(b.prefix) <= depth:
+        return False
+    end = a.prefix[depth][0]
+    return end == b.prefix[depth][0] and b.prompt.startswith(a.prompt[:end])
 
 
 def request_splitter(requests: Sequence[Request]) -> Splitter:

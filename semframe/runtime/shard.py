@@ -1,0 +1,275 @@
+"""What the Ray executor sends between processes, packed: a shard of a plan, a batch of answers.
+
+Ray pickles what an actor call carries. A shard as a :class:`~semframe.core.plan.Plan`
+of :class:`~semframe.core.wire.Request` tuples costs a Python call per tuple
+each way and carries each prompt whole, so a group's shared head (the
+instructions, a long description) crosses once per row: 154 MB for 100,000
+movies-shaped prompts. :class:`Shard` sends each prompt as the characters it
+shares with the one before it plus the rest, and the requests' other fields as
+columns (one value where all agree); :class:`Answers` sends a batch of outcomes
+as columns. Both are rebuilt on the other side exactly as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, NamedTuple
+
+from semframe.core.ordering import Ordering
+from semframe.core.plan import Plan, PrefixGroup, RelQuery, without_gc
+from semframe.core.wire import Completion, Outcome, Request, Usage
+
+__all__ = ["Answer", "Answers", "Shard", "groups_of"]
+
+
+class Answer(NamedTuple):
+    """One outcome of a replica's shard.
+
+    Attributes
+    ----------
+    id : int
+        The request's position in the replica's shard.
+    outcome : Outcome
+        What became of it.
+    completion : Completion or None
+        The answer to store in the result cache (parsed, not cut), else ``None``.
+    usage : Usage
+        Usage the backend reported for it, summed over its attempts.
+    """
+
+    id: int
+    outcome: Outcome
+    completion: Completion | None
+    usage: Usage
+
+
+class _Same(NamedTuple):
+    """A column whose every entry is ``value``."""
+
+    value: Any
+
+
+_PER_REQUEST = Request._fields[3:]  # what a request carries besides its ids and prompt
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Some requests of a plan, in the order given, renumbered from 0, packed for shipping.
+
+    Build with :meth:`of`; :meth:`plan` rebuilds them as a plan of their own
+    (no table rows: a replica sends prompts, it does not render them).
+
+    Attributes
+    ----------
+    relquery : RelQuery
+        The plan's relQuery with an empty table.
+    reorder, instructions : str
+        As in the plan.
+    fields : tuple of tuple of str
+        Each request's field order.
+    shared_chars : tuple of int
+        Each request's ``Plan.shared_chars``.
+    kept : tuple of int
+        Characters each prompt shares with the one before it in the shard.
+    tails : tuple of str
+        The rest of each prompt.
+    columns : tuple
+        The other request fields (``system`` to ``rel_size``), each a tuple
+        or one value all requests share.
+
+    Examples
+    --------
+    >>> from semframe.core.parse import TEXT
+    >>> from semframe.core.table import Table
+    >>> from semframe.core.template import parse_template
+    >>> from semframe.core.plan import make_plan
+    >>> t = Table.from_columns({"movie": ["Alien"] * 3, "review": ["tense", "scary", "long"]})
+    >>> rq = RelQuery("map", parse_template("Summarize {review} of {movie}."), t, TEXT)
+    >>> plan = make_plan(rq, Ordering.identity(3, ("movie", "review")), "none")
+    >>> shard = Shard.of(plan, [2, 1])
+    >>> shard.tails
+    ('Summarize [review] of [movie].\\n\\nmovie: Alien\\nreview: long\\n', 'review: scary\\n')
+    >>> [r.prompt for r in shard.plan().requests] == [plan.requests[2].prompt,
+    ...                                               plan.requests[1].prompt]
+    True
+    """
+
+    relquery: RelQuery
+    reorder: str
+    instructions: str
+    fields: tuple[tuple[str, ...], ...]
+    shared_chars: tuple[int, ...]
+    kept: tuple[int, ...]
+    tails: tuple[str, ...]
+    columns: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, plan: Plan, ids: Sequence[int]) -> Shard:
+        """The requests ``ids`` (positions in ``plan``, in shard order) of ``plan``."""
+        with without_gc():
+            return cls._of(plan, ids)
+
+    @classmethod
+    def _of(cls, plan: Plan, ids: Sequence[int]) -> Shard:
+        requests = [plan.requests[i] for i in ids]
+        kept, tails = _deltas(requests, ids, plan.shared_chars)
+        transposed = list(zip(*requests, strict=True)) if requests else []
+        columns = tuple(
+            _column(transposed[3 + k]) if requests else () for k in range(len(_PER_REQUEST))
+        )
+        return cls(
+            dataclasses.replace(plan.relquery, table=plan.relquery.table.take(())),
+            plan.reorder,
+            plan.instructions,
+            tuple(plan.ordering.fields[i] for i in ids),
+            tuple(plan.shared_chars[i] for i in ids),
+            kept,
+            tails,
+            columns,
+        )
+
+    def __len__(self) -> int:
+        return len(self.tails)
+
+    def plan(self) -> Plan:
+        """The shard as a plan: requests ``0..n-1``, each its own row, groups as in the shard."""
+        with without_gc():
+            return self._plan()
+
+    def _plan(self) -> Plan:
+        n = len(self.tails)
+        prompts = _inflate(self.kept, self.tails)
+        expanded = [repeat(c.value, n) if isinstance(c, _Same) else c for c in self.columns]
+        rows = zip(range(n), range(n), prompts, *expanded, strict=True)
+        requests = tuple(map(tuple.__new__, repeat(Request, n), rows))
+        ordering = Ordering(tuple(range(n)), self.fields)
+        return Plan(
+            self.relquery,
+            ordering,
+            self.reorder,
+            self.instructions,
+            requests,
+            tuple(groups_of(requests)),
+            self.shared_chars,
+        )
+
+
+def groups_of(requests: Sequence[Request]) -> list[PrefixGroup]:
+    """Prefix groups of ``requests``: runs of consecutive requests with the same ``group``.
+
+    Examples
+    --------
+    >>> from semframe.core.wire import Request
+    >>> rs = [Request(i, i, "", None, 8, 0.0, None, g) for i, g in enumerate([4, 4, 1, 4])]
+    >>> [(g.start, g.stop) for g in groups_of(rs)]
+    [(0, 2), (2, 3), (3, 4)]
+    """
+    groups = []
+    start = 0
+    for k in range(1, len(requests) + 1):
+        if k == len(requests) or requests[k].group != requests[k - 1].group:
+            groups.append(PrefixGroup(start, k))
+            start = k
+    return groups
+
+
+def _column(values: tuple[Any, ...]) -> Any:
+    first = values[0]
+    if values.count(first) == len(values) and all(type(v) is type(first) for v in values):
+        return _Same(first)
+    return values
+
+
+def _deltas(
+    requests: Sequence[Request], ids: Sequence[int], shared_chars: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Per prompt: characters it shares with the previous one (checked), and the rest.
+
+    The candidates are the plan's own: what it shares with the request before
+    it in the plan (``shared_chars``, when that one is also before it here),
+    then its cacheable prefixes, longest first. The first that the previous
+    prompt really starts with is kept.
+    """
+    kept: list[int] = []
+    tails: list[str] = []
+    prev = ""
+    last = -2
+    for request, i in zip(requests, ids, strict=True):
+        prompt = request.prompt
+        keep = 0
+        end = shared_chars[i] if i == last + 1 else 0
+        if 0 < end <= len(prev) and prompt.startswith(prev[:end]):
+            keep = end
+        else:
+            for end, _ in reversed(request.prefix):
+                if 0 < end <= len(prev) and prompt.startswith(prev[:end]):
+                    keep = end
+                    break
+        kept.append(keep)
+        tails.append(prompt[keep:] if keep else prompt)
+        prev = prompt
+        last = i
+    return tuple(kept), tuple(tails)
+
+
+def _inflate(kept: Sequence[int], tails: Sequence[str]) -> list[str]:
+    prompts: list[str] = []
+    prev = ""
+    for keep, tail in zip(kept, tails, strict=True):
+        prev = prev[:keep] + tail if keep else tail
+        prompts.append(prev)
+    return prompts
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A batch of a replica's answers as columns.
+
+    Attributes
+    ----------
+    ids : tuple of int
+        Each answer's position in the replica's shard.
+    outcomes : tuple of tuple
+        The :class:`~semframe.core.wire.Outcome` fields, one column each.
+    usage : tuple of tuple of int
+        The :class:`~semframe.core.wire.Usage` fields (summed over a request's
+        attempts), one column each.
+    completions : tuple of (Completion or None), or None
+        The answers to store in the result cache, when the driver keeps one.
+
+    Examples
+    --------
+    >>> o = Outcome("yes", "yes", None, None, 1)
+    >>> batch = Answers.of([Answer(3, o, None, Usage(10, 4, 0, 1))], completions=False)
+    >>> batch.ids, batch.outcome_list(), batch.usage
+    ((3,), [Outcome(value='yes', raw='yes', error_kind=None, error=None, attempts=1, \
+logprobs=None)], ((10,), (4,), (0,), (1,)))
+    """
+
+    ids: tuple[int, ...]
+    outcomes: tuple[tuple[Any, ...], ...]
+    usage: tuple[tuple[int, ...], ...]
+    completions: tuple[Completion | None, ...] | None
+
+    @classmethod
+    def of(cls, answers: Sequence[Answer], *, completions: bool) -> Answers:
+        """Pack ``answers``; their completions only when ``completions``."""
+        if not answers:
+            return cls((), ((),) * len(Outcome._fields), ((),) * len(Usage._fields), None)
+        ids, outcomes, kept, usage = zip(*answers, strict=True)
+        return cls(
+            ids,
+            tuple(zip(*outcomes, strict=True)),
+            tuple(zip(*usage, strict=True)),
+            kept if completions else None,
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def outcome_list(self) -> list[Outcome]:
+        """The outcomes, in batch order."""
+        return list(map(tuple.__new__, repeat(Outcome), zip(*self.outcomes, strict=True)))
