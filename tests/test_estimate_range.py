@@ -146,7 +146,8 @@ def test_the_text_and_html_say_the_range_and_the_assumption() -> None:
     assert "wall time range (max_tokens bound)" in text
     assert (
         "point figures: each request answered 0.92 s after it is sent (0.6 s + 0.01 s x 32 "
-        "output tokens), up to 20 in flight, one sent every 7 ms"
+        "output tokens), up to 20 in flight, the client taking 1.5 ms to send one and 4.5 ms to "
+        "take in an answer"
     ) in text
     assert "fewest cached tokens with every request in flight sent at once" in text
     assert "most with every answer instant" in text

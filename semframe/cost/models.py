@@ -112,14 +112,18 @@ estimator both use the cache for ``TTL - margin`` seconds."""
 
 @dataclass(frozen=True)
 class LatencyModel:
-    """Seconds one API request takes, and the client's cost of sending one.
+    """Seconds one API request takes, and the client's own time per request.
 
     ``fixed_s + per_output_token_s * output_tokens + per_input_token_s *
-    uncached_input_tokens``; ``send_s`` is the client's own time per request
-    (requests leave one after another from one I/O loop; 7 ms measured here
-    with the official SDKs against the emulator on 2 shared cores). Which
-    requests find a prefix cached depends on these times: a request only sees
-    what completed before it arrived. ``at_least`` marks a model that is only
+    uncached_input_tokens``. The client works on one I/O loop: ``send_s`` is
+    its time to send a request, ``receive_s`` its time to take in an answer
+    (parse it, free the slot), both spent one at a time. So the first wave
+    leaves fast (a send every ``send_s``), and once answers come back each
+    request costs the client ``send_s + receive_s``. Measured here with the
+    official OpenAI SDK against the emulator (same process, 2 shared cores):
+    the first 64 requests left 1.4-1.5 ms apart, and then one left every
+    5.5-6.5 ms. Which requests find a prefix cached depends on these times: a
+    request only sees what completed before it arrived. ``at_least`` marks a model that is only
     a lower bound: a tier slower than the one modelled, by an amount its
     provider does not publish (OpenAI's flex), so times derived from it are
     lower bounds too.
@@ -133,7 +137,8 @@ class LatencyModel:
     fixed_s: float = 0.6
     per_output_token_s: float = 0.01
     per_input_token_s: float = 0.0
-    send_s: float = 0.007
+    send_s: float = 0.0015
+    receive_s: float = 0.0045
     at_least: bool = False
 
     def seconds(self, output_tokens: float, uncached_input_tokens: float = 0.0) -> float:
@@ -147,9 +152,9 @@ class LatencyModel:
 
 TYPICAL_LATENCY: Mapping[str, LatencyModel] = MappingProxyType(
     {
-        "openai": LatencyModel(0.6, 0.01, 0.0, 0.007),
-        "anthropic": LatencyModel(0.8, 0.015, 0.0, 0.007),
-        "gemini": LatencyModel(0.6, 0.01, 0.0, 0.007),
+        "openai": LatencyModel(0.6, 0.01),
+        "anthropic": LatencyModel(0.8, 0.015),
+        "gemini": LatencyModel(0.6, 0.01),
     }
 )
 """A typical answer time of each provider's API, for a short prompt: an assumption.
@@ -183,7 +188,8 @@ class Timing:
 
     ``"modelled"``
         Every request answered ``latency.seconds(output_tokens)`` after it
-        was sent, one sent every ``latency.send_s``: the point figure.
+        was sent, the client spending ``latency.send_s`` on each send and
+        ``latency.receive_s`` on each answer: the point figure.
     ``"instant"``
         Every answer at once (0 s): each prefix readable as soon as its
         request was processed, the most a client sending one request at a
@@ -192,7 +198,9 @@ class Timing:
         Every request the dispatcher holds in flight sent together (no client
         time), each answered after the modelled time (:data:`AT_ONCE_FLOOR_S`
         where that is 0): in each wave every prefix is written before any is
-        read, the least the dispatch allows.
+        read. A low figure, not a floor: where a provider routes requests to
+        cache machines (OpenAI), answers that come back spread out rather
+        than in waves can find less cached still.
 
     Attributes
     ----------
@@ -210,13 +218,13 @@ class Timing:
     Examples
     --------
     >>> t = Timing(LatencyModel(0.6, 0.01), 32, workers=20)
-    >>> round(t.request_s, 2), t.send_s
-    (0.92, 0.007)
-    >>> t.at("instant").request_s, t.at("at once").send_s
-    (0.0, 0.0)
+    >>> round(t.request_s, 2), t.send_s, t.receive_s
+    (0.92, 0.0015, 0.0045)
+    >>> t.at("instant").request_s, t.at("at once").send_s, t.at("at once").receive_s
+    (0.0, 0.0, 0.0)
     >>> print(t.describe())  # doctest: +NORMALIZE_WHITESPACE
     each request answered 0.92 s after it is sent (0.6 s + 0.01 s x 32 output tokens),
-    up to 20 in flight, one sent every 7 ms
+    up to 20 in flight, the client taking 1.5 ms to send one and 4.5 ms to take in an answer
     """
 
     latency: LatencyModel
@@ -240,6 +248,11 @@ class Timing:
         """Client seconds per request sent at this pace."""
         return 0.0 if self.pace == "at once" else self.latency.send_s
 
+    @property
+    def receive_s(self) -> float:
+        """Client seconds per answer taken in at this pace."""
+        return 0.0 if self.pace == "at once" else self.latency.receive_s
+
     def at(self, pace: Pace) -> Timing:
         """The same dispatch at another pace."""
         return replace(self, pace=pace)
@@ -254,8 +267,9 @@ class Timing:
         text = (
             f"each request answered {'at least ' if lat.at_least else ''}"
             f"{_seconds(lat.seconds(self.output_tokens))} after it is "
-            f"sent{shape}, up to {self.workers:,} in flight, one sent every "
-            f"{lat.send_s * 1000:g} ms"
+            f"sent{shape}, up to {self.workers:,} in flight, the client taking "
+            f"{lat.send_s * 1000:g} ms to send one and {lat.receive_s * 1000:g} ms to take in "
+            "an answer"
         )
         return text + ("; the first alone (warm start)" if self.warm else "")
 
@@ -666,7 +680,13 @@ class _ApiCost:
         if timing is not None:
             n = groups[-1][1] if groups else 0
             wall = simulate_async(
-                groups, n, shape.workers, timing.request_s, timing.send_s, warm=shape.warm
+                groups,
+                n,
+                shape.workers,
+                timing.request_s,
+                timing.send_s,
+                receive_s=timing.receive_s,
+                warm=shape.warm,
             )
         return CacheFigures(input_tokens, 0, wall=wall, timing=timing)
 
@@ -689,6 +709,7 @@ class _ApiCost:
             batch=timing is None,
             latency=0.0 if timing is None else timing.request_s,
             send_s=0.0 if timing is None else timing.send_s,
+            receive_s=0.0 if timing is None else timing.receive_s,
             arrive=arrive,
             complete=complete,
             warm=shape.warm,

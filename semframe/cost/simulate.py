@@ -169,6 +169,7 @@ def simulate_async(  # noqa: PLR0917
     on_arrive: Callable[[int, float], None] | None = None,
     on_complete: Callable[[int, float], None] | None = None,
     *,
+    receive_s: float = 0.0,
     warm: bool = False,
 ) -> float:
     """The API executor's dispatch (:class:`semframe.runtime.dispatch.AsyncDispatcher`) in time.
@@ -177,10 +178,11 @@ def simulate_async(  # noqa: PLR0917
     nothing else is sent before it is answered. A prefix group's first request
     goes alone; its followers go once it has been answered, ahead of new
     groups; at most ``workers`` requests are in
-    flight; the client sends one request per ``send_s``; each takes
-    ``latency`` seconds. Latency being the same for all, requests complete in
-    the order they arrive, so two FIFO queues replace an event heap. Returns
-    the time the last request completes.
+    flight; each takes ``latency`` seconds. The client does one thing at a
+    time: ``send_s`` to send a request, ``receive_s`` to take in an answer
+    (only then is its slot free again). Latency being the same for all,
+    requests complete in the order they arrive, so two FIFO queues replace an
+    event heap. Returns the time the client has taken in the last answer.
     """
     starts = [a for a, _ in groups_of]
     stops = [b for _, b in groups_of]
@@ -227,7 +229,8 @@ def simulate_async(  # noqa: PLR0917
         t, r = completions.popleft()
         if on_complete is not None:
             on_complete(r, t)
-        end = t
+        client_free = max(client_free, t) + receive_s
+        end = client_free
         idle += 1
         if r == 0:
             warming = False
@@ -322,18 +325,27 @@ def replay(
     send_s: float,
     arrive: Callable[[int, float], None],
     complete: Callable[[int, float], None],
+    receive_s: float = 0.0,
     warm: bool = False,
 ) -> float | None:
     """Replay the executor's send order through ``arrive``/``complete``; its wall time.
 
     Batch runs go one after another with no wall time (``None``); live runs
     follow the async dispatcher's model (``warm``: the first request alone),
-    each request taking ``latency`` seconds and the client ``send_s`` to send
-    one.
+    each request taking ``latency`` seconds, and the client ``send_s`` to
+    send one and ``receive_s`` to take in an answer.
     """
     if batch:
         sequential(len(plan.requests), arrive, complete)
         return None
     return simulate_async(
-        bounds(plan), len(plan.requests), workers, latency, send_s, arrive, complete, warm=warm
+        bounds(plan),
+        len(plan.requests),
+        workers,
+        latency,
+        send_s,
+        arrive,
+        complete,
+        receive_s=receive_s,
+        warm=warm,
     )
