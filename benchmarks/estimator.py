@@ -342,6 +342,8 @@ def main() -> None:
         f"(compile {fast['compile_s']:.2f} s; target < 3 s)"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    if local is None and RESULTS.exists():  # --skip-local keeps the last local result
+        local = json.loads(RESULTS.read_text()).get("local")
     RESULTS.write_text(
         json.dumps({"api": api, "worst_abs_error": worst, "local": local, "speed": fast}, indent=1)
         + "\n"
