@@ -29,7 +29,7 @@
 Prints a table and writes ``benchmarks/results/estimator.json``::
 
     python benchmarks/estimator.py                 # everything
-    python benchmarks/estimator.py --skip-local    # API accuracy and speed only
+    python benchmarks/estimator.py --skip-local    # API and speed only (keeps the last local)
     python benchmarks/estimator.py --runs 1        # one bill per estimate (faster)
 """
 
