@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -13,10 +14,16 @@ import semframe
 from semframe.backends import BACKENDS, register_backend
 from semframe.backends.base import Usage
 from semframe.backends.fake import FakeBackend
+from semframe.core.ordering import Ordering
+from semframe.core.parse import TEXT
+from semframe.core.plan import Plan, RelQuery, make_plan
+from semframe.core.table import Table
+from semframe.core.template import parse_template
 from semframe.cost.cachesim import OpenAIRules
 from semframe.cost.calibration import load_calibration
 from semframe.cost.estimate import Estimate
-from semframe.cost.models import LatencyModel
+from semframe.cost.models import LatencyModel, RunShape, SlotCost, counting_encoder
+from semframe.cost.simulate import Pieces
 from semframe.errors import BudgetExceeded, ConfigError, InputError
 from semframe.operators.common import compile_call
 from semframe.runtime.calibrate import calibrate_local
@@ -427,3 +434,49 @@ def test_fake_estimate_counts_slot_prefix_reuse(fake: FakeBackend) -> None:
     assert est.planned.wall_seconds is None  # no time model for the fake
     assert est.dollars is None
     assert semframe.Estimate is Estimate
+
+
+def _restated_plan() -> Plan:
+    table = Table.from_columns(
+        {
+            "movie": ["Alien", "Alien", "Alien", "Heat"],
+            "review": ["tense and cold", "a classic", "too slow", "long"],
+        }
+    )
+    rq = RelQuery("map", parse_template("Does {review} like {movie}?"), table, TEXT, restate=True)
+    return make_plan(rq, Ordering.identity(4, ("movie", "review")), "none")
+
+
+def test_pieces_know_the_restated_question_after_the_fields() -> None:
+    """A restated question (``RelQuery.restate``, the local engine's default) is a piece.
+
+    Before, the prompts did not match the planner's layout and each whole
+    prompt became one piece: a slot-cache estimate found nothing cached.
+    """
+    plan = _restated_plan()
+    pieces = Pieces(plan, counting_encoder(lambda texts: [len(t) for t in texts]))
+    assert pieces.layout
+    for i, request in enumerate(plan.requests):
+        assert "".join(pieces.parts(i)) == request.prompt
+        assert pieces.parts(i)[-1].strip().startswith("Does ")
+    assert pieces.counts() == [len(r.prompt) for r in plan.requests]
+
+
+def test_a_slot_reuses_the_template_head_and_the_start_pieces_share() -> None:
+    plan = _restated_plan()
+    chars = SlotCost("m", lambda texts: [len(t) for t in texts], 1, engine="test")
+    framed = SlotCost(
+        "m", lambda texts: [len(t) for t in texts], 1, engine="test", framing=lambda s: (20, 5)
+    )
+    shape = RunShape(workers=1, batch=False, out_mean=1.0, cache_dir=Path("."))
+    pieces = Pieces(plan, chars.tokenizer().encode)
+    plain = chars.simulate(plan, pieces, shape)
+    with_frame = framed.simulate(plan, pieces, shape)
+    assert with_frame.input_tokens == plain.input_tokens + 4 * 25
+    assert with_frame.cached == plain.cached + 3 * 20  # every prompt after the first
+    # Each of the 3 prompts after the first shares the instructions; the two Alien
+    # followers also share "movie: Alien\n", and all three a field label's start
+    # ("review: ") and the restated question's words up to the review.
+    head = len(plan.instructions + "\n\n")
+    movie = len("movie: Alien\n")
+    assert plain.cached > 3 * head + 2 * movie

@@ -351,18 +351,23 @@ class _Engine:
             raise BackendError(msg) from exc
         self.address: str = self.server.listening_address
 
-    def tokenize_counts(self, texts: Sequence[str]) -> list[int]:
-        counts = []
-        for text in texts:
-            body = json.dumps({"content": text, "add_special": False}).encode()
-            req = urllib.request.Request(
-                self.address + "/tokenize",
-                data=body,
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                counts.append(len(json.load(resp)["tokens"]))
-        return counts
+    def _post(self, path: str, body: Mapping[str, Any]) -> Any:
+        req = urllib.request.Request(
+            self.address + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.load(resp)
+
+    def tokenize_counts(self, texts: Sequence[str], *, special: bool = False) -> list[int]:
+        """Tokens of each text; ``special``: with the model's BOS and its special tokens parsed."""
+        body = {"add_special": special, "parse_special": special}
+        return [len(self._post("/tokenize", {**body, "content": t})["tokens"]) for t in texts]
+
+    def templated(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """The prompt the engine builds from chat ``messages`` (its chat template applied)."""
+        return str(self._post("/apply-template", {"messages": list(messages)})["prompt"])
 
 
 class LocalBackend:
@@ -428,9 +433,11 @@ class LocalBackend:
             engine="local",
             calibrated=True,
             context=n_ctx,
+            framing=self.framing_tokens,
         )
         self._engine: _Engine | None = None
         self._engine_lock = threading.Lock()
+        self._framing: dict[str | None, tuple[int, int]] = {}
 
     @property
     def engine(self) -> _Engine:
@@ -468,6 +475,27 @@ class LocalBackend:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Exact token counts from the model's tokenizer."""
         return self.engine.tokenize_counts(texts)
+
+    def framing_tokens(self, system: str | None = None) -> tuple[int, int]:
+        """Tokens the chat template adds before and after a user message.
+
+        The estimator adds them to every prompt; the head (the default system
+        prompt, role markers, BOS) is shared by all requests, so a slot reuses it.
+        """
+        with self._engine_lock:
+            known = self._framing.get(system)
+        if known is not None:
+            return known
+        marker = "\ufffcSEMFRAME\ufffc"
+        request = Request(0, 0, marker, system, 1, 0.0, None, 0)
+        head, _, tail = self.engine.templated(request.messages()).partition(marker)
+        # With special tokens each text gets the model's BOS (if it adds one): the
+        # prompt has one, counted with the head; the tail has none of its own.
+        h, t, bos = self.engine.tokenize_counts([head, tail, ""], special=True)
+        t -= bos
+        with self._engine_lock:
+            self._framing[system] = (h, t)
+        return h, t
 
     def close(self) -> None:
         """Let the engine go (it starts again on the next request)."""

@@ -17,7 +17,7 @@ import hashlib
 import json
 import unicodedata
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from itertools import repeat
@@ -568,7 +568,7 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
             length[depth, at] = c.lengths[codes]
             texts.append(list(map(c.segments.__getitem__, codes.tolist())))
         rendered = list(
-            map("".join, zip(repeat(head, len(at)), *texts, _tails(rq, taken), strict=True))
+            map("".join, zip(repeat(head, len(at)), *texts, row_tails(rq, taken), strict=True))
         )
         if len(orders) == 1:
             prompts = rendered
@@ -736,11 +736,21 @@ PLAN_FORMAT = 2
 ordering or rendering that changes what a plan sends."""
 
 
-def _tails(rq: RelQuery, rows: np.ndarray) -> Iterable[str]:
-    """What follows the fields of each of ``rows``: ``""``, or the restated question."""
+def row_tails(rq: RelQuery, rows: Sequence[int] | np.ndarray) -> Sequence[str]:
+    """What follows the fields of each of ``rows`` in its prompt: ``""``, or the restated question.
+
+    Examples
+    --------
+    >>> from semframe.core.template import parse_template
+    >>> from semframe.core.parse import TEXT
+    >>> t = Table.from_columns({"movie": ["Alien", "Heat"]})
+    >>> rq = RelQuery("map", parse_template("Is {movie} good?"), t, TEXT, restate=True)
+    >>> row_tails(rq, [1])
+    ['\\nIs Heat good?\\n']
+    """
     if not rq.restate:
-        return repeat("", len(rows))
-    asked = rq.template.restated_rows(rq.table.cells, rows.tolist())
+        return [""] * len(rows)
+    asked = rq.template.restated_rows(rq.table.cells, [int(r) for r in rows])
     return ["\n" + text.strip() + "\n" for text in asked]
 
 

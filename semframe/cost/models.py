@@ -1327,13 +1327,20 @@ def counting_encoder(count_tokens: Callable[[Sequence[str]], list[int]]) -> Enco
 
 @dataclass(eq=False)
 class _EngineCost:
-    """Engines on your own hardware: no price, the engine's own token counts."""
+    """Engines on your own hardware: no price, the engine's own token counts.
+
+    ``framing(system)``, where the engine gives it, is the number of tokens
+    its chat template adds before and after each prompt; the head (a default
+    system prompt, role markers) is the same for every request, so it is
+    cacheable.
+    """
 
     model: str
     count_tokens: Callable[[Sequence[str]], list[int]]
     concurrency: int
     engine: str  # how notes name the engine
     price: Price | None = field(default=None, init=False)
+    framing: Callable[[str | None], tuple[int, int]] | None = field(default=None, kw_only=True)
 
     def check(self) -> None:
         return None
@@ -1349,7 +1356,10 @@ class _EngineCost:
         return Tokenizer(counting_encoder(self.count_tokens), True, note)
 
     def _framed(self) -> bool:
-        return False
+        return self.framing is not None
+
+    def _frame(self, system: str | None) -> tuple[int, int]:
+        return (0, 0) if self.framing is None else self.framing(system)
 
     @property
     def warm_start(self) -> bool:
@@ -1365,6 +1375,24 @@ class _EngineCost:
         self, groups: Sequence[tuple[int, int]], input_tokens: int, shape: RunShape
     ) -> CacheFigures:
         return CacheFigures(input_tokens, 0)
+
+
+def _shared_start(a: str, b: str) -> str:
+    """The longest common prefix of ``a`` and ``b`` (a binary search on slices).
+
+    Examples
+    --------
+    >>> _shared_start("review: A film", "review: Another"), _shared_start("x", "y")
+    ('review: A', '')
+    """
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return a[:lo]
 
 
 def _slots(shape: RunShape) -> int:
@@ -1409,13 +1437,23 @@ class SlotCost(_EngineCost):
         n = len(plan.requests)
         slots = slots_of(plan, shape.workers)
         last: dict[int, list[str]] = {}
-        total = sum(pieces.counts())
+        head, tail = self._frame(plan.relquery.system)
+        total = sum(pieces.counts()) + (head + tail) * n
         cached = 0
         for i in range(n):
             parts = pieces.parts(i)
-            prev = last.get(slots[i], [])
+            prev = last.get(slots[i])
+            if prev is None:
+                prev = []
+            else:
+                cached += head  # the template's head, the same on every prompt
             for a, b in zip(prev, parts, strict=False):
                 if a != b:
+                    # The slot reuses tokens, so also the start both pieces share (a field's
+                    # label, a restated question up to its values), less the token the
+                    # rest of each piece may merge into.
+                    shared = _shared_start(a, b)
+                    cached += max(0, pieces.count(shared) - 1) if shared else 0
                     break
                 cached += pieces.count(a)
             last[slots[i]] = parts
@@ -1466,7 +1504,6 @@ class BlockCost(_EngineCost):
     """
 
     block_size: int = 16
-    framing: Callable[[str | None], tuple[int, int]] | None = None
     engine_model: Callable[[Path], Any] | None = None
     num_blocks: int | None = None  # set in the engine's arguments (num_gpu_blocks_override)
 
@@ -1493,16 +1530,10 @@ class BlockCost(_EngineCost):
             blocks * self.block_size, block=self.block_size, concurrency=concurrency, source=source
         )
 
-    def _framed(self) -> bool:
-        return self.framing is not None
-
     def simulate(self, plan: Plan, pieces: Pieces, shape: RunShape) -> CacheFigures:
         n = len(plan.requests)
-        head: list[int] = []
-        tail: list[int] = []
-        if self.framing is not None:
-            h, t = self.framing(plan.relquery.system)
-            head, tail = [-1 - k for k in range(h)], [-1_000_001 - k for k in range(t)]
+        h, t = self._frame(plan.relquery.system)
+        head, tail = [-1 - k for k in range(h)], [-1_000_001 - k for k in range(t)]
         prompts = [
             head + [t for part in pieces.parts(i) for t in pieces.tokens(part)] + tail
             for i in range(n)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semframe.core.plan import Plan
+from semframe.core.plan import Plan, row_tails
 from semframe.core.table import MISSING
 
 __all__ = [
@@ -69,6 +69,8 @@ class Pieces:
         self.head = plan.instructions + "\n\n"
         self.cells = rq.table.cells
         n = len(plan.requests)
+        # A restated question follows each row's fields (RelQuery.restate): a piece of its own.
+        self.tails = list(row_tails(rq, [r.row for r in plan.requests])) if rq.restate else []
         sample = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
         self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in sample)
         segments: dict[str, tuple[list[str], list[str]]] = {}
@@ -78,6 +80,7 @@ class Pieces:
                 values = list(dict.fromkeys(self.cells[f]))
                 segments[f] = values, [f"{f}: {v}\n" for v in values]
                 texts += segments[f][1]
+            texts += self.tails
         else:  # not the planner's layout: whole prompts are the pieces
             texts = [r.prompt for r in plan.requests]
         if rq.system:
@@ -92,7 +95,8 @@ class Pieces:
     def _parts(self, i: int) -> list[str]:
         req = self.plan.requests[i]
         order = self.plan.ordering.fields[i]
-        return [self.head, *(f"{f}: {self.cells[f][req.row]}\n" for f in order)]
+        tail = [self.tails[i]] if self.tails else []
+        return [self.head, *(f"{f}: {self.cells[f][req.row]}\n" for f in order), *tail]
 
     def parts(self, i: int) -> list[str]:
         """The pieces of request ``i``'s prompt."""
@@ -148,6 +152,9 @@ class Pieces:
             cells = self.cells[f]
             per_row = np.fromiter(map(self.col_counts[f].__getitem__, cells), np.int64, len(cells))
             total += per_row[rows]
+        if self.tails:
+            cache = self.cache
+            total += np.fromiter((len(cache[t]) for t in self.tails), np.int64, n)
         counts: list[int] = total.tolist()
         return counts
 
