@@ -89,7 +89,9 @@ def cluster() -> Iterator[None]:
 
 
 def test_two_engines_each_cache_their_own_prefix_groups() -> None:
-    out = REVIEWS.llm.map("In one word, how does {review} judge {film}?", **SETTINGS)
+    template = "In one word, how does {review} judge {film}?"
+    est = REVIEWS.llm.estimate(template, op="map", **SETTINGS)
+    out = REVIEWS.llm.map(template, **SETTINGS)
     pd.testing.assert_frame_equal(out[["film", "review"]], REVIEWS)  # order and index kept
     assert out["llm_output"].map(lambda s: isinstance(s, str) and s.strip() != "").all()
 
@@ -102,6 +104,11 @@ def test_two_engines_each_cache_their_own_prefix_groups() -> None:
     assert sum(r.prompt_tokens for r in replicas) == stats.prompt_tokens
     assert sum(r.cached_tokens for r in replicas) == stats.cached_tokens
     assert sum(r.output_tokens for r in replicas) == stats.output_tokens
+    # The estimate, partitioned as the run was and each replica's slot cache simulated
+    # on its own (chat template included), against what the two engines reported
+    # (1,303 vs 1,309 prompt tokens, 778 vs 782 cached, when this was written).
+    assert est.planned.input_tokens == pytest.approx(stats.prompt_tokens, rel=0.02)
+    assert est.planned.cached_tokens == pytest.approx(stats.cached_tokens, rel=0.05)
 
     actors = ray_executor.live_replicas()
     heads = ray.get(
