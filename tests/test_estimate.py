@@ -22,7 +22,13 @@ from semframe.core.template import parse_template
 from semframe.cost.cachesim import OpenAIRules
 from semframe.cost.calibration import load_calibration
 from semframe.cost.estimate import Estimate
-from semframe.cost.models import LatencyModel, RunShape, SlotCost, counting_encoder
+from semframe.cost.models import (
+    LatencyModel,
+    RunShape,
+    SlotCost,
+    counting_encoder,
+    openai_cost,
+)
 from semframe.cost.simulate import Pieces
 from semframe.errors import BudgetExceeded, ConfigError, InputError
 from semframe.operators.common import compile_call
@@ -458,8 +464,19 @@ def test_pieces_know_the_restated_question_after_the_fields() -> None:
     assert pieces.layout
     for i, request in enumerate(plan.requests):
         assert "".join(pieces.parts(i)) == request.prompt
-        assert pieces.parts(i)[-1].strip().startswith("Does ")
+        # one piece with the last field, so "\n" + "\n" is tokenized as the prompt has it
+        assert pieces.parts(i)[-1].startswith("review: ")
+        assert "\n\nDoes " in pieces.parts(i)[-1] and pieces.parts(i)[-1].endswith("?\n")
     assert pieces.counts() == [len(r.prompt) for r in plan.requests]
+
+
+def test_restated_prompts_count_as_many_tokens_as_the_whole_prompt() -> None:
+    plan = _restated_plan()
+    tokenizer = openai_cost("gpt-4.1-mini", None, concurrency=8).tokenizer()
+    pieces = Pieces(plan, tokenizer.encode)
+    whole = [len(t) for t in tokenizer.encode([r.prompt for r in plan.requests])]
+    assert pieces.counts() == whole
+    assert [sum(pieces.count(p) for p in pieces.parts(i)) for i in range(4)] == whole
 
 
 def test_a_slot_reuses_the_template_head_and_the_start_pieces_share() -> None:

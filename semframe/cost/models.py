@@ -123,10 +123,10 @@ class LatencyModel:
     official OpenAI SDK against the emulator (same process, 2 shared cores):
     the first 64 requests left 1.4-1.5 ms apart, and then one left every
     5.5-6.5 ms. Which requests find a prefix cached depends on these times: a
-    request only sees what completed before it arrived. ``at_least`` marks a model that is only
-    a lower bound: a tier slower than the one modelled, by an amount its
-    provider does not publish (OpenAI's flex), so times derived from it are
-    lower bounds too.
+    request only sees what completed before it arrived. ``at_least`` marks a
+    model that is only a lower bound: a tier slower than the one modelled, by
+    an amount its provider does not publish (OpenAI's flex), so times derived
+    from it are lower bounds too.
 
     Examples
     --------

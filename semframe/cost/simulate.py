@@ -69,7 +69,9 @@ class Pieces:
         self.head = plan.instructions + "\n\n"
         self.cells = rq.table.cells
         n = len(plan.requests)
-        # A restated question follows each row's fields (RelQuery.restate): a piece of its own.
+        # A restated question follows each row's fields (RelQuery.restate). It is one
+        # piece with the row's last field: tokenized apart, the newline ending that
+        # field and the one starting the question would count as two tokens, not one.
         self.tails = list(row_tails(rq, [r.row for r in plan.requests])) if rq.restate else []
         sample = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
         self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in sample)
@@ -80,7 +82,7 @@ class Pieces:
                 values = list(dict.fromkeys(self.cells[f]))
                 segments[f] = values, [f"{f}: {v}\n" for v in values]
                 texts += segments[f][1]
-            texts += self.tails
+            texts += [self._parts(i)[-1] for i in range(n)] if self.tails else []
         else:  # not the planner's layout: whole prompts are the pieces
             texts = [r.prompt for r in plan.requests]
         if rq.system:
@@ -95,8 +97,10 @@ class Pieces:
     def _parts(self, i: int) -> list[str]:
         req = self.plan.requests[i]
         order = self.plan.ordering.fields[i]
-        tail = [self.tails[i]] if self.tails else []
-        return [self.head, *(f"{f}: {self.cells[f][req.row]}\n" for f in order), *tail]
+        parts = [self.head, *(f"{f}: {self.cells[f][req.row]}\n" for f in order)]
+        if self.tails:
+            parts[-1] += self.tails[i]
+        return parts
 
     def parts(self, i: int) -> list[str]:
         """The pieces of request ``i``'s prompt."""
@@ -152,9 +156,17 @@ class Pieces:
             cells = self.cells[f]
             per_row = np.fromiter(map(self.col_counts[f].__getitem__, cells), np.int64, len(cells))
             total += per_row[rows]
-        if self.tails:
-            cache = self.cache
-            total += np.fromiter((len(cache[t]) for t in self.tails), np.int64, n)
+        if self.tails:  # the last field's piece carries the restated question
+            cache, fields, head = self.cache, plan.ordering.fields, len(self.cache[self.head])
+            total += np.fromiter(
+                (
+                    len(cache[self._parts(i)[-1]])
+                    - (self.col_counts[o[-1]][self.cells[o[-1]][r.row]] if o else head)
+                    for i, (r, o) in enumerate(zip(plan.requests, fields, strict=True))
+                ),
+                np.int64,
+                n,
+            )
         counts: list[int] = total.tolist()
         return counts
 
