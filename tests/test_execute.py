@@ -10,7 +10,7 @@ import pytest
 
 from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend
-from semframe.errors import TransientError
+from semframe.errors import BudgetExceeded, TransientError
 from semframe.operators.common import compile_call
 from semframe.runtime.execute import execute
 
@@ -116,3 +116,33 @@ def test_naive_dispatch_baseline_answers_everything_without_slot_hints() -> None
     assert [o.value for o in outcomes] == ["ok"] * len(df)
     assert set(backend.slots) == {None}
     assert stats.workers == 3
+
+
+def test_a_halt_event_stops_sending_and_keeps_what_was_answered() -> None:
+    """``halt=`` (a Ray replica's stop): nothing more is sent once it is set."""
+    df = pd.DataFrame({"movie": ["A"] * 40, "review": [f"r{i}" for i in range(40)]})
+    plan = _plan(df, "Review {review} of {movie}")
+    halt = threading.Event()
+    seen: list[int] = []
+
+    def on_outcome(request: Request, outcome: object) -> None:
+        seen.append(request.id)
+        if len(seen) == 5:
+            halt.set()
+
+    backend = FakeBackend(Recorder(0.001), max_concurrency=2)
+    with pytest.raises(BudgetExceeded) as info:
+        execute(plan, backend, progress="off", halt=halt, on_outcome=on_outcome)
+    outcomes = info.value.outcomes
+    assert outcomes is not None
+    answered = [o for o in outcomes if o is not None]
+    assert 5 <= len(answered) <= 5 + 2  # the requests in flight when it was set complete
+    assert len(backend.history) == len(answered)  # and nothing else was sent
+    assert all(o.ok for o in answered)
+
+
+def test_no_halt_event_set_sends_everything() -> None:
+    df = pd.DataFrame({"movie": ["A"] * 10, "review": [f"r{i}" for i in range(10)]})
+    plan = _plan(df, "Review {review} of {movie}")
+    outcomes, _ = execute(plan, FakeBackend(), progress="off", halt=threading.Event())
+    assert len(outcomes) == 10 and all(o.ok for o in outcomes)

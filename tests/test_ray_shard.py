@@ -122,9 +122,7 @@ def test_a_batch_of_answers_rebuilds_exactly(
     items: list[tuple[Outcome, Usage, bool]], completions: bool
 ) -> None:
     answers = [
-        Answer(
-            k * 3, outcome, Completion(k * 3, f"text {k}", usage) if stored else None, usage
-        )
+        Answer(k * 3, outcome, Completion(k * 3, f"text {k}", usage) if stored else None, usage)
         for k, (outcome, usage, stored) in enumerate(items)
     ]
     batch = pickle.loads(pickle.dumps(Answers.of(answers, completions=completions)))

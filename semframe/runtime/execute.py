@@ -293,6 +293,7 @@ def execute(
     row_timeout: float | None = None,
     warm: bool = False,
     stop_when: StopWhen | None = None,
+    halt: threading.Event | None = None,
     cache: ResultCache | None = None,
     cache_keys: Sequence[str | None] | None = None,
     on_outcome: Callable[[Request, Outcome], None] | None = None,
@@ -353,6 +354,9 @@ def execute(
         ``"budget"`` error), requests in flight complete, and
         :class:`~semframe.errors.BudgetExceeded` is raised with ``outcomes``
         (caller's row order, ``None`` for rows never sent) and ``stats``.
+    halt : threading.Event, optional
+        Once set, as ``stop_when`` returning True (a stop from outside the run,
+        such as a Ray driver's: checked without computing the spend).
     cache : ResultCache, optional
         The result cache (:mod:`semframe.cache`): cacheable requests found there
         are answered from it without being sent (an answer that no longer
@@ -414,15 +418,23 @@ def execute(
     def charge(request: Request) -> int:
         return lost_prompt_tokens(backend, request)
 
-    should_stop = None
+    should_stop: Callable[[int], bool] | None = None
     if stop_when is not None:
         hook = stop_when
 
         def should_stop(in_flight: int) -> bool:
+            if halt is not None and halt.is_set():
+                return True
             with lock:
                 spent = totals.charged()
                 answered = totals.done - totals.cache_hits
             return hook(spent, answered, in_flight)
+
+    elif halt is not None:
+        flag = halt
+
+        def should_stop(in_flight: int) -> bool:
+            return flag.is_set()
 
     refused: list[bool] = []  # a retry the budget did not allow
 

@@ -140,12 +140,16 @@ class _Meter:
     def _seen(self, request: Request, completion: Completion) -> None:
         u = completion.usage
         with self._lock:
-            was = self._usage.get(request.id, Usage())
-            self._usage[request.id] = Usage(
-                was.prompt_tokens + u.prompt_tokens,
-                was.cached_tokens + u.cached_tokens,
-                was.cache_write_tokens + u.cache_write_tokens,
-                was.output_tokens + u.output_tokens,
+            was = self._usage.get(request.id)
+            self._usage[request.id] = (
+                u
+                if was is None
+                else Usage(
+                    was.prompt_tokens + u.prompt_tokens,
+                    was.cached_tokens + u.cached_tokens,
+                    was.cache_write_tokens + u.cache_write_tokens,
+                    was.output_tokens + u.output_tokens,
+                )
             )
             self._last[request.id] = completion
 
@@ -254,7 +258,7 @@ class Replica:
                     timeout=cfg["timeout"] or self.backend.capabilities.answer_timeout,
                     row_timeout=cfg["row_timeout"],
                     warm=warm_start(meter.cost, cfg["warm_start"]),
-                    stop_when=lambda *_: self._stop.is_set(),
+                    halt=self._stop,
                     on_outcome=on_outcome,
                 )
             except BudgetExceeded:
