@@ -30,8 +30,8 @@ from semframe.core.capacity import Capacity
 from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.parse import OutputSpec
-from semframe.core.table import MISSING, Table, render_value
-from semframe.core.template import Template
+from semframe.core.table import MISSING, Table, factorize, render_value
+from semframe.core.template import Codes, Template
 from semframe.core.wire import Request
 from semframe.errors import InputError, plural
 
@@ -546,6 +546,7 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     rows = np.asarray(ordering.rows, dtype=np.intp)
     # Each column factorized once: a code per row, each distinct segment rendered once.
     columns = [_Column.of(f, rq.table.cells[f]) for f in rq.fields]
+    coded = {f: (c.values, c.codes) for f, c in zip(rq.fields, columns, strict=True)}
     position = {f: j for j, f in enumerate(rq.fields)}
     orders = dict.fromkeys(ordering.fields)  # the distinct field orders, first seen first
     order_index = dict(zip(orders, range(len(orders)), strict=True))
@@ -568,7 +569,10 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
             length[depth, at] = c.lengths[codes]
             texts.append(list(map(c.segments.__getitem__, codes.tolist())))
         rendered = list(
-            map("".join, zip(repeat(head, len(at)), *texts, row_tails(rq, taken), strict=True))
+            map(
+                "".join,
+                zip(repeat(head, len(at)), *texts, row_tails(rq, taken, coded), strict=True),
+            )
         )
         if len(orders) == 1:
             prompts = rendered
@@ -623,20 +627,20 @@ class _Column:
     """One field's values factorized: what :func:`make_plan` renders and compares."""
 
     label: str
-    codes: np.ndarray[Any, np.dtype[np.int64]]  # per table row, into ``segments``
+    values: list[str]  # the distinct values, first seen first
+    codes: np.ndarray[Any, np.dtype[np.int64]]  # per table row, into ``values`` and ``segments``
     segments: list[str]  # ``"{name}: {value}\n"`` per distinct value, first seen first
     lengths: np.ndarray[Any, np.dtype[np.int64]]  # per distinct value, of its segment
     missing: int  # the code of a missing value, -1 when none is
 
     @classmethod
     def of(cls, name: str, cells: Sequence[str]) -> _Column:
-        distinct = dict.fromkeys(cells)
-        index = dict(zip(distinct, range(len(distinct)), strict=True))
-        codes = np.fromiter(map(index.__getitem__, cells), np.int64, len(cells))
+        values, codes = factorize(cells)
         label = f"{name}: "
-        segments = [f"{label}{v}\n" for v in distinct]
+        segments = [f"{label}{v}\n" for v in values]
         lengths = np.fromiter(map(len, segments), np.int64, len(segments))
-        return cls(label, codes, segments, lengths, index.get(MISSING, -1))
+        missing = values.index(MISSING) if MISSING in values else -1
+        return cls(label, values, codes, segments, lengths, missing)
 
 
 def _shared(  # noqa: PLR0917
@@ -709,6 +713,7 @@ def _levels(
     base = ((head, n),)
     ends = head + np.cumsum(length, axis=0)
     sizes: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+    runs: list[np.ndarray[Any, np.dtype[np.int64]]] = []
     member_to = np.zeros(n, dtype=np.int64)  # the deepest depth each request is a member at
     for depth in range(1, int(equal.max(initial=0)) + 1):
         run = np.cumsum(equal < depth) - 1
@@ -718,15 +723,25 @@ def _levels(
             break
         member_to[member] = depth
         sizes.append(size)
+        runs.append(run)
     levels: list[tuple[tuple[int, int], ...]] = [base] * n
     for deepest in range(1, len(sizes) + 1):
         at = np.flatnonzero(member_to == deepest)
         if not at.size:
             continue
+        # The members of one run at their deepest depth have the same levels: built
+        # once per run and shared (runs are numbered in request order).
+        run_at = runs[deepest - 1][at]
+        new_run = np.ones(at.size, dtype=bool)
+        new_run[1:] = run_at[1:] != run_at[:-1]
+        lead = at[new_run]
         found = [
-            zip(ends[d][at].tolist(), sizes[d][at].tolist(), strict=True) for d in range(deepest)
+            zip(ends[d][lead].tolist(), sizes[d][lead].tolist(), strict=True)
+            for d in range(deepest)
         ]
-        for i, level in zip(at.tolist(), zip(repeat(base[0]), *found), strict=True):
+        built = list(zip(repeat(base[0]), *found))
+        which = (np.cumsum(new_run) - 1).tolist()
+        for i, level in zip(at.tolist(), map(built.__getitem__, which), strict=True):
             levels[i] = level
     return levels
 
@@ -736,8 +751,16 @@ PLAN_FORMAT = 2
 ordering or rendering that changes what a plan sends."""
 
 
-def row_tails(rq: RelQuery, rows: Sequence[int] | np.ndarray) -> Sequence[str]:
+def row_tails(
+    rq: RelQuery,
+    rows: Sequence[int] | np.ndarray,
+    coded: Mapping[str, tuple[Sequence[str], Codes]] | None = None,
+) -> Sequence[str]:
     """What follows the fields of each of ``rows`` in its prompt: ``""``, or the restated question.
+
+    ``coded`` may give a field's values factorized (distinct values, a code
+    per table row), as :func:`~semframe.core.table.factorize` does; the
+    others are factorized here.
 
     Examples
     --------
@@ -750,8 +773,14 @@ def row_tails(rq: RelQuery, rows: Sequence[int] | np.ndarray) -> Sequence[str]:
     """
     if not rq.restate:
         return [""] * len(rows)
-    asked = rq.template.restated_rows(rq.table.cells, [int(r) for r in rows])
-    return ["\n" + text.strip() + "\n" for text in asked]
+    at = np.asarray(rows, dtype=np.intp)
+    by_field = {}
+    for name in rq.template.fields:
+        values, codes = (coded or {}).get(name) or factorize(rq.table.cells[name])
+        by_field[name] = (values, codes[at])
+    asked = rq.template.restated_coded(by_field, len(at))
+    tails = {text: "\n" + text.strip() + "\n" for text in dict.fromkeys(asked)}
+    return list(map(tails.__getitem__, asked))
 
 
 def fingerprint(rq: RelQuery, reorder: str) -> str:

@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from semframe.errors import InputError
 
 MISSING = "<missing>"
@@ -177,6 +179,20 @@ def render_column(values: Sequence[object]) -> tuple[str, ...]:
     ('a', '<missing>', '1')
     """
     return tuple([v if type(v) is str and v.isprintable() else render_value(v) for v in values])
+
+
+def factorize(cells: Sequence[str]) -> tuple[list[str], np.ndarray[Any, np.dtype[np.int64]]]:
+    """The distinct values of ``cells``, first seen first, and each cell's code into them.
+
+    Examples
+    --------
+    >>> values, codes = factorize(["b", "a", "b"])
+    >>> values, codes.tolist()
+    (['b', 'a'], [0, 1, 0])
+    """
+    distinct = dict.fromkeys(cells)
+    index = dict(zip(distinct, range(len(distinct)), strict=True))
+    return list(distinct), np.fromiter(map(index.__getitem__, cells), np.int64, len(cells))
 
 
 @dataclass(frozen=True, slots=True)

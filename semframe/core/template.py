@@ -9,10 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from typing import Any
 
-from semframe.core.table import MISSING
+import numpy as np
+
+from semframe.core.table import MISSING, factorize
 from semframe.errors import ColumnError, TemplateError, did_you_mean
+
+Codes = np.ndarray[Any, np.dtype[np.int64]]
+"""A code per row, into a list of distinct values."""
 
 INLINE_CHARS = 80
 """Values up to this length stand inline where a restated question names them."""
@@ -111,29 +116,75 @@ class Template:
     ) -> list[str]:
         """:meth:`restated` for each of ``rows`` of ``columns`` (rendered cells, by field).
 
-        Each distinct value is looked at once; the wording around the values
-        does not depend on them.
-
         Examples
         --------
         >>> t = parse_template("Is the movie {movie} good?")
         >>> t.restated_rows({"movie": ("Alien", "x" * 100, "")}, [2, 0, 1])
         ['Is the movie above good?', 'Is the movie Alien good?', 'Is the movie above good?']
         """
-        texts: list[Sequence[str]] = []
-        for before, name in self._pieces():
-            texts.append(repeat(before, len(rows)))  # type: ignore[arg-type]
+        coded = {name: factorize([columns[name][r] for r in rows]) for name in self.fields}
+        return self.restated_coded(coded, len(rows), inline=inline)
+
+    def restated_coded(
+        self,
+        coded: Mapping[str, tuple[Sequence[str], Codes]],
+        n: int,
+        *,
+        inline: int = INLINE_CHARS,
+    ) -> list[str]:
+        """:meth:`restated` for ``n`` rows given by field as (distinct values, a code per row).
+
+        Each distinct value is looked at once, and each distinct question
+        rendered once (rows whose values are all named in words share one).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> t = parse_template("Is {movie} a {genre}?")
+        >>> coded = {"movie": (["Alien", "x" * 100], np.array([0, 1, 1])),
+        ...          "genre": (["horror"], np.array([0, 0, 0]))}
+        >>> t.restated_coded(coded, 3)
+        ['Is Alien a horror?', 'Is the movie above a horror?', 'Is the movie above a horror?']
+        """
+        pieces = self._pieces()
+        spoken: list[list[str]] = []  # per placeholder: its distinct spoken forms
+        per_row: list[Codes] = []  # per placeholder: each row's code into them
+        for before, name in pieces:
             if name is None:
                 continue
             words = in_words(name, before)
             named = f"{words} above" if words else "above"
-            column = columns[name]
-            spoken: dict[str, str] = {}
-            for value in {column[r] for r in rows}:
-                short = 0 < len(value) <= inline and value.isprintable() and value != MISSING
-                spoken[value] = value if short else named
-            texts.append([spoken[column[r]] for r in rows])
-        return list(map("".join, zip(*texts, strict=True)))
+            values, codes = coded[name]
+            forms = [
+                v if 0 < len(v) <= inline and v.isprintable() and v != MISSING else named
+                for v in values
+            ]
+            distinct, form_of_value = factorize(forms)
+            spoken.append(distinct)
+            per_row.append(form_of_value[codes])
+        if not per_row:
+            return [pieces[-1][0]] * n
+        key, sizes = np.zeros(n, dtype=np.int64), 1
+        for forms in spoken:
+            sizes *= max(len(forms), 1)
+        if sizes < 2**62:  # one integer per combination of spoken forms
+            for forms, codes in zip(spoken, per_row, strict=True):
+                key = key * len(forms) + codes
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(
+                np.stack(per_row, axis=1), axis=0, return_index=True, return_inverse=True
+            )
+        texts = []
+        for r in first.tolist():
+            text, at = "", 0
+            for before, name in pieces:
+                text += before
+                if name is not None:
+                    text += spoken[at][int(per_row[at][r])]
+                    at += 1
+            texts.append(text)
+        return np.asarray(texts, dtype=object)[inverse.reshape(-1)].tolist()  # type: ignore[no-any-return]
 
     def _pieces(self) -> list[tuple[str, str | None]]:
         """The template as (literal text, the placeholder after it or ``None``) pairs."""
