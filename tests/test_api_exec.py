@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -143,6 +145,64 @@ def test_warm_start_in_the_estimators_replay() -> None:
         assert at_zero == ([0] if warm else [0, 3, 6])
         assert end == (3.0 if warm else 2.0)  # one more round trip
         assert sorted(r for _, r in sent) == list(range(9))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    groups=st.lists(st.integers(1, 5), min_size=1, max_size=12),
+    clients=st.integers(1, 4),
+    seed=st.randoms(use_true_random=False),
+    workers=st.integers(1, 4),
+    warm=st.booleans(),
+)
+def test_several_clients_replayed_against_one_clock(
+    groups: list[int], clients: int, seed: random.Random, workers: int, warm: bool
+) -> None:
+    """executor="ray" replicas of an API backend: each client as if alone, events merged in time."""
+    from types import SimpleNamespace
+
+    from semframe.cost.simulate import client_bounds, simulate_async, simulate_clients
+
+    group_of = [g for g, size in enumerate(groups) for _ in range(size)]
+    plan: Any = SimpleNamespace(requests=[SimpleNamespace(group=g) for g in group_of])
+    shards: list[list[int]] = [[] for _ in range(clients)]
+    for g in range(len(groups)):  # whole groups to a random client, in plan order
+        shards[seed.randrange(clients)].extend(i for i, x in enumerate(group_of) if x == g)
+    events: list[tuple[float, str, int]] = []
+    end = simulate_clients(
+        plan,
+        shards,
+        workers,
+        1.0,
+        0.1,
+        lambda i, t: events.append((t, "arrive", i)),
+        lambda i, t: events.append((t, "complete", i)),
+        receive_s=0.05,
+        warm=warm,
+    )
+    times = [t for t, _, _ in events]
+    assert times == sorted(times)  # one clock
+    for kind in ("arrive", "complete"):  # every request once, nothing lost or doubled
+        assert sorted(i for _, k, i in events if k == kind) == list(range(len(group_of)))
+    ends = []
+    for ids in shards:  # each client as if it were alone
+        if not ids:
+            continue
+        alone: list[tuple[float, int]] = []
+        ends.append(
+            simulate_async(
+                client_bounds(plan, ids),
+                len(ids),
+                min(workers, len(ids)),
+                1.0,
+                0.1,
+                lambda r, t, ids=ids, out=alone: out.append((t, ids[r])),
+                receive_s=0.05,
+                warm=warm,
+            )
+        )
+        assert alone == [(t, i) for t, k, i in events if k == "arrive" and i in set(ids)]
+    assert end == max(ends)
 
 
 def test_transient_errors_retried_with_retry_after_rejected_rows_not() -> None:

@@ -33,13 +33,23 @@ def test_engine_replicas_are_priced_each_with_its_own_cache() -> None:
     assert len(fake.history) == sent  # nothing sent (and no Ray cluster joined)
 
 
-def test_replicas_sharing_an_endpoint_are_priced_as_one_client(
+def test_replicas_sharing_an_endpoint_are_priced_as_clients_of_one_cache(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Each API replica sends its shard as a client of its own; the provider's cache is one."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     template = "Is the review {review} positive about {movie}? " + "Rubric. " * 900
-    kwargs = {"op": "filter", "backend": "openai", "model": "gpt-4o-mini"}
-    one = ROWS.llm.estimate(template, **kwargs)
-    four = ROWS.llm.estimate(template, executor="ray", replicas=4, **kwargs)
-    assert four.planned == one.planned
-    assert "one client" in four.notes[-1]
+    for backend, model in (("openai", "gpt-4o-mini"), ("anthropic", "claude-sonnet-4-5")):
+        kwargs = {"op": "filter", "backend": backend, "model": model}
+        one = ROWS.llm.estimate(template, **kwargs)
+        two = ROWS.llm.estimate(template, executor="ray", replicas=2, **kwargs)
+        assert two.planned.requests == one.planned.requests == 60
+        assert two.planned.input_tokens == one.planned.input_tokens
+        assert two.planned.cached_tokens <= one.planned.cached_tokens
+        assert any("client of its own" in note for note in two.notes)
+        assert two.planned.wall_seconds is not None and one.planned.wall_seconds is not None
+        if backend == "anthropic":
+            # Both replicas start at once: each writes the shared instructions before
+            # either can read them (one client writes them once).
+            assert two.planned.cache_write_tokens > one.planned.cache_write_tokens

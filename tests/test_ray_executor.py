@@ -25,12 +25,15 @@ from hypothesis import strategies as st
 import semframe
 from semframe.backends import BACKENDS, register_backend, reset_backends
 from semframe.backends.fake import FakeBackend
+from semframe.cost.models import LatencyModel
 from semframe.errors import ConfigError
+from semframe.operators.common import compile_call
 from semframe.testing.emulator import Latency, ProviderEmulator, default_responder
 
 ray = pytest.importorskip("ray")
 
 from semframe.runtime import ray_executor  # noqa: E402
+from semframe.runtime.estimate import estimate_plan  # noqa: E402
 
 pytestmark = [
     pytest.mark.ray,
@@ -193,6 +196,45 @@ def test_a_killed_replica_loses_no_row_and_rebills_none(monkeypatch: pytest.Monk
         assert stats.unconfirmed >= 1
         assert stats.requests + stats.unconfirmed >= billed
         reset_backends("openai")  # close the in-process run's connections to the emulator
+
+
+def test_api_replicas_bill_what_their_estimate_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas of one Anthropic account: the estimate replays each as a client of its own."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    df = pd.DataFrame(
+        {
+            "movie": [f"movie number {i % 6} with a longer title" for i in range(48)],
+            "review": [f"review {i}: a fine film, " + "quite long " * (i % 5) for i in range(48)],
+        }
+    )
+    template = "Is {review} positive about {movie}? " + "Follow the rubric with care. " * 300
+    with ProviderEmulator(latency=Latency(fixed_s=0.2)) as emu:
+        settings = {
+            "backend": "anthropic",
+            "model": "claude-sonnet-4-5",
+            "base_url": emu.anthropic_url,
+            "cache": False,
+            "progress": "off",
+            **RAY,
+        }
+        latency = LatencyModel(0.2, 0.0)
+        call = compile_call(df, template, op="filter", **settings)
+        est = estimate_plan(call.plan, call.settings, latency=latency).planned
+        alone = compile_call(df, template, op="filter", **{**settings, "executor": "local"})
+        one_client = estimate_plan(alone.plan, alone.settings, latency=latency).planned
+        df.llm.filter(template, **settings)
+        bill = emu.ledger.totals()
+        assert bill.requests == est.requests == 48
+        assert bill.prompt_tokens == est.input_tokens
+        # Both replicas write the shared instructions: one client would write them once.
+        assert one_client.cache_write_tokens < bill.cache_write_tokens
+        assert abs(bill.cache_write_tokens - est.cache_write_tokens) <= 0.02 * bill.prompt_tokens
+        assert abs(bill.cached_tokens - est.cached_tokens) <= 0.02 * bill.cached_tokens
+        assert est.cost is not None
+        # The input side in dollars (output is priced at max_tokens: no probe here).
+        billed_input = bill.cost.total - bill.cost.output
+        assert abs(est.cost.total - est.cost.output - billed_input) <= 0.03 * billed_input
+        reset_backends("anthropic")
 
 
 def test_a_killed_fake_replica_hands_its_rows_to_the_other() -> None:

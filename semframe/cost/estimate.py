@@ -64,7 +64,7 @@ from semframe.cost.models import (
     Timing,
 )
 from semframe.cost.pricing import Cost, Price, cost
-from semframe.cost.simulate import Pieces, bounds, identity_bounds
+from semframe.cost.simulate import Pieces, bounds, identity_bounds, simulate_clients
 from semframe.errors import plural
 
 __all__ = ["RANGE_MAX_REQUESTS", "Estimate", "Figures", "Span", "price_plan", "span_of"]
@@ -691,6 +691,29 @@ def writes_of(s: CacheFigures) -> int:
     return s.writes_5m + s.writes_1h
 
 
+def _clients_wall(plan: Plan, shape: RunShape, point: CacheFigures) -> CacheFigures:
+    """Uncached figures whose wall time is that of ``shape.split``'s clients, where it is set."""
+    timing = point.timing
+    if shape.split is None or point.wall is None or timing is None:
+        return point
+
+    def ignore(i: int, t: float) -> None:
+        pass
+
+    wall = simulate_clients(
+        plan,
+        shape.split(plan),
+        shape.workers,
+        timing.request_s,
+        timing.send_s,
+        ignore,
+        ignore,
+        receive_s=timing.receive_s,
+        warm=shape.warm,
+    )
+    return replace(point, wall=wall)
+
+
 def _original(plan: Plan) -> Plan:
     rq = plan.relquery
     return make_plan(rq, Ordering.identity(rq.table.n_rows, rq.fields), "none")
@@ -765,7 +788,7 @@ def price_plan(
         point = model.simulate(plan, pieces, shape)
         planned = _paced(plan, model, pieces, shape, point)
     else:
-        point = model.uncached(bounds(plan), total, shape)
+        point = _clients_wall(plan, shape, model.uncached(bounds(plan), total, shape))
         planned = _figures(plan, model, point, shape)
     if plan.reorder == "none":
         original = planned
@@ -774,7 +797,10 @@ def price_plan(
         base_pieces = Pieces(base, tokenizer.encode, pieces.cache)
         original = _paced(base, model, base_pieces, shape, model.simulate(base, base_pieces, shape))
     else:
-        original = _figures(plan, model, model.uncached(identity_bounds(plan), total, shape), shape)
+        first = model.uncached(identity_bounds(plan), total, shape)
+        if shape.split is not None:
+            first = _clients_wall(_original(plan), shape, first)
+        original = _figures(plan, model, first, shape)
     if cacheable and point.timing is not None and n > RANGE_MAX_REQUESTS:
         all_notes.append(
             f"no range by dispatch timing above {RANGE_MAX_REQUESTS:,} requests (it takes two "

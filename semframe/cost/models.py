@@ -340,6 +340,11 @@ class RunShape:
         Requests the run would keep in flight with rows to spare (the engine's
         slots, or ``max_concurrency``): a local engine's calibration is looked
         up by it, whatever the row count. None: ``workers``.
+    split : callable or None
+        How the run divides a plan among clients that share one endpoint and
+        its cache (``executor="ray"`` replicas of an API backend): the plan
+        positions each client sends, in order; ``workers`` is then each
+        client's. None: one client sends the whole plan.
     """
 
     workers: int
@@ -350,6 +355,7 @@ class RunShape:
     warm: bool = False
     pace: Pace = "modelled"
     slots: int | None = None
+    split: Callable[[Plan], Sequence[Sequence[int]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -393,6 +399,17 @@ class CostModel(Protocol):
 
         True where the first wave would otherwise each write the shared head
         at a price (Anthropic's breakpoints).
+        """
+        ...
+
+    @property
+    def per_client(self) -> bool:
+        """Whether clients sharing one endpoint are replayed each as a client of its own.
+
+        True for the APIs: their cache sees each request as it arrives, so the
+        estimate of ``executor="ray"`` replicas replays each replica's share
+        (:attr:`RunShape.split`). An engine server schedules every client's
+        requests itself and is priced as one client.
         """
         ...
 
@@ -611,6 +628,10 @@ class _ApiCost:
     def warm_start(self) -> bool:
         return False  # each provider's model says (OpenAI, Anthropic, Gemini)
 
+    @property
+    def per_client(self) -> bool:
+        return True
+
     def _chat_framing(self) -> tuple[list[int], list[int], list[int]]:
         """(system header, user header, reply priming) tokens of this provider's requests."""
         return openai_framing()
@@ -713,6 +734,7 @@ class _ApiCost:
             arrive=arrive,
             complete=complete,
             warm=shape.warm,
+            clients=None if shape.split is None else shape.split(plan),
         )
 
 
@@ -1364,6 +1386,10 @@ class _EngineCost:
     @property
     def warm_start(self) -> bool:
         return False  # slot caches fill group by group; vLLM's scheduler orders its own
+
+    @property
+    def per_client(self) -> bool:
+        return False
 
     def framing_tokens(self, system: str | None, pieces: Pieces) -> int:
         return 0

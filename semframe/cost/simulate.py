@@ -3,16 +3,19 @@
 The estimator prices a plan request by request in the order and timing the
 executor would send it. :class:`Pieces` holds each prompt as its pieces (the
 shared instructions, each labeled field), tokenized once per distinct piece;
-:func:`simulate_async` replays the API executor's group-aware dispatch and
-:func:`slots_of` the slot assignment of the thread executor.
+:func:`simulate_async` replays the API executor's group-aware dispatch
+(:func:`simulate_clients` that of several clients sharing one provider
+cache) and :func:`slots_of` the slot assignment of the thread executor.
 """
 
 from __future__ import annotations
 
+import heapq
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -23,10 +26,12 @@ __all__ = [
     "Encoder",
     "Pieces",
     "bounds",
+    "client_bounds",
     "identity_bounds",
     "replay",
     "sequential",
     "simulate_async",
+    "simulate_clients",
     "slots_of",
 ]
 
@@ -346,17 +351,34 @@ def replay(
     complete: Callable[[int, float], None],
     receive_s: float = 0.0,
     warm: bool = False,
+    clients: Sequence[Sequence[int]] | None = None,
 ) -> float | None:
     """Replay the executor's send order through ``arrive``/``complete``; its wall time.
 
     Batch runs go one after another with no wall time (``None``); live runs
     follow the async dispatcher's model (``warm``: the first request alone),
     each request taking ``latency`` seconds, and the client ``send_s`` to
-    send one and ``receive_s`` to take in an answer.
+    send one and ``receive_s`` to take in an answer. With ``clients`` (the
+    plan positions each of several clients sends, in order: ``executor="ray"``
+    replicas sharing one endpoint) each is replayed as a client of its own
+    with ``workers`` in flight, and their events reach ``arrive`` and
+    ``complete`` in time order (:func:`simulate_clients`).
     """
     if batch:
         sequential(len(plan.requests), arrive, complete)
         return None
+    if clients is not None and len(clients) > 1:
+        return simulate_clients(
+            plan,
+            clients,
+            workers,
+            latency,
+            send_s,
+            arrive,
+            complete,
+            receive_s=receive_s,
+            warm=warm,
+        )
     return simulate_async(
         bounds(plan),
         len(plan.requests),
@@ -368,3 +390,89 @@ def replay(
         receive_s=receive_s,
         warm=warm,
     )
+
+
+def client_bounds(plan: Plan, ids: Sequence[int]) -> list[tuple[int, int]]:
+    """Prefix groups of the requests ``ids`` of ``plan`` as one client sends them.
+
+    Runs of consecutive requests with the same prefix group, as positions in
+    ``ids`` (a replica's executor forms its groups that way).
+
+    Examples
+    --------
+    >>> from semframe.core.plan import PrefixGroup
+    >>> from types import SimpleNamespace
+    >>> groups = [PrefixGroup(0, 3), PrefixGroup(3, 5)]
+    >>> plan = SimpleNamespace(requests=[SimpleNamespace(group=g) for g in (0, 0, 0, 1, 1)])
+    >>> client_bounds(plan, [1, 2, 4])
+    [(0, 2), (2, 3)]
+    """
+    out: list[tuple[int, int]] = []
+    start = 0
+    for k in range(1, len(ids) + 1):
+        if k == len(ids) or plan.requests[ids[k]].group != plan.requests[ids[k - 1]].group:
+            out.append((start, k))
+            start = k
+    return out
+
+
+def simulate_clients(  # noqa: PLR0917
+    plan: Plan,
+    clients: Sequence[Sequence[int]],
+    workers: int,
+    latency: float,
+    send_s: float,
+    arrive: Callable[[int, float], None],
+    complete: Callable[[int, float], None],
+    *,
+    receive_s: float = 0.0,
+    warm: bool = False,
+) -> float:
+    """:func:`simulate_async` for several clients at once, each sending its own requests.
+
+    A client's dispatch does not depend on what a cache serves (every request
+    takes ``latency``), so each is replayed alone; their events are then
+    handed to ``arrive`` and ``complete`` merged in time order (one shared
+    provider cache sees them as the provider would). Returns the time the
+    last client has taken in its last answer.
+
+    Examples
+    --------
+    >>> from semframe.core.plan import PrefixGroup
+    >>> from types import SimpleNamespace
+    >>> plan = SimpleNamespace(requests=[SimpleNamespace(group=g) for g in range(4)])
+    >>> seen = []
+    >>> end = simulate_clients(plan, [[0, 1], [2, 3]], 1, 1.0, 0.0,
+    ...                        lambda i, t: seen.append((t, i)), lambda i, t: None)
+    >>> end, seen
+    (2.0, [(0.0, 0), (0.0, 2), (1.0, 1), (1.0, 3)])
+    """
+    events: list[list[tuple[float, int, int]]] = []
+    end = 0.0
+    for ids in clients:
+        if not ids:
+            continue
+        mine: list[tuple[float, int, int]] = []
+
+        def on_arrive(r: int, t: float, ids: Sequence[int] = ids, mine: list[Any] = mine) -> None:
+            mine.append((t, 0, ids[r]))
+
+        def on_complete(r: int, t: float, ids: Sequence[int] = ids, mine: list[Any] = mine) -> None:
+            mine.append((t, 1, ids[r]))
+
+        wall = simulate_async(
+            client_bounds(plan, ids),
+            len(ids),
+            min(workers, len(ids)),
+            latency,
+            send_s,
+            on_arrive,
+            on_complete,
+            receive_s=receive_s,
+            warm=warm,
+        )
+        end = max(end, wall)
+        events.append(mine)
+    for t, kind, i in heapq.merge(*events, key=lambda e: e[0]):
+        (arrive if kind == 0 else complete)(i, t)
+    return end

@@ -11,6 +11,7 @@ out the rows the result cache already answers: they cost nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -136,10 +137,25 @@ def estimate_plan(
         if backend is not None and backend.endpoint is None and len(plan) > 1:
             shaped = _Shaped(shape, source, probe_cost)
             return _on_replicas(plan, settings, model, shaped, replicas, op, scale, notes)
+        if model.per_client:
+            # Replicas of an API backend share its endpoint, cache and limits: each
+            # sends its shard as a client of its own, with its share of max_concurrency.
+            shape = dataclasses.replace(
+                shape,
+                workers=max(1, slots // replicas),
+                split=functools.partial(_shards, replicas=replicas),
+            )
+            how = (
+                "each replica's share of the plan (partitioned as the run partitions it) "
+                "replayed as a client of its own with its share of max_concurrency, all "
+                "against the one cache"
+            )
+        else:
+            how = "priced as one client sending the whole plan"
         notes = (
             *notes,
             f"executor='ray': the {replicas} replicas reach one endpoint, its cache and its "
-            "limits (divided among them): priced as one client sending the whole plan",
+            f"limits: {how}",
         )
     return price_plan(
         plan,
@@ -209,6 +225,12 @@ def _on_replicas(  # noqa: PLR0917
         seconds_to_estimate=sum(e.seconds_to_estimate for e in parts),
         probe_cost=shaped.probe_cost,
     )
+
+
+def _shards(plan: Plan, replicas: int) -> list[list[int]]:
+    """The plan positions each replica sends, as the Ray executor partitions ``plan``."""
+    part = partition(plan.requests, plan.groups, replicas, per_request=PER_REQUEST_CHARS)
+    return [list(ids) for ids in part.shards if ids]
 
 
 @dataclass(frozen=True)
