@@ -105,3 +105,24 @@ def test_table_take_select() -> None:
     assert t.select(["b"]).columns == ("b",)
     with pytest.raises(InputError, match="different lengths"):
         Table.from_columns({"a": [1], "b": [1, 2]})
+
+
+@pytest.mark.parametrize("kind", ["pandas str", "pandas string[pyarrow]", "polars"])
+@pytest.mark.parametrize("distinct", [7, 500, 20000])
+def test_arrow_strings_render_as_given_one_object_per_repeated_value(
+    kind: str, distinct: int
+) -> None:
+    """Arrow-backed columns: the same text as render_value, repeated values one object each."""
+    n = 20000
+    values: list[str | None] = [f"label {i % distinct}" for i in range(n)]
+    values[11] = None
+    values[12] = "two\nlines"
+    values[n - 1] = "last\r\nvalue"
+    if kind == "polars":
+        frame: object = pl.DataFrame({"c": values})
+    else:
+        frame = pd.DataFrame({"c": pd.array(values, kind.split()[1])})
+    cells = as_table(frame).cells["c"]
+    assert list(cells) == [render_value(v) for v in values]
+    if distinct <= 500:  # the leading values repeat: each distinct value is one object
+        assert len({id(c) for c in cells}) <= distinct + 3

@@ -325,11 +325,44 @@ def _render_arrow_strings(values: Any) -> tuple[str, ...]:
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     broken = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
-    out = pc.fill_null(values, MISSING).to_pylist() if values.null_count else values.to_pylist()
+    filled = pc.fill_null(values, MISSING) if values.null_count else values
+    out = _shared_strings(filled)
     if pc.any(broken).as_py():
         for i in np.flatnonzero(broken.to_numpy(zero_copy_only=False)).tolist():
             out[i] = fence(out[i])
     return tuple(out)
+
+
+_SAMPLE = 2048
+"""Leading values looked at to guess whether a column repeats its values."""
+
+
+def _shared_strings(values: Any) -> list[str]:
+    """An Arrow string array (no nulls) as Python strings, one object per distinct value.
+
+    A column that repeats its values (a label, a category) then costs a
+    pointer per row instead of a string, and hashing it later hits the
+    string's cached hash. Columns whose first values are mostly distinct are
+    converted directly (encoding them would cost more than it saves).
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    head = values.slice(0, _SAMPLE)
+    if len(values) < 2 * _SAMPLE or len(head.unique()) * 2 > len(head):
+        return list(values.to_pylist())
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    try:
+        encoded = values.dictionary_encode()
+    except pa.ArrowNotImplementedError:  # a string type Arrow cannot encode here
+        return list(values.to_pylist())
+    distinct = encoded.dictionary.to_pylist()
+    if len(distinct) * 2 > len(values):
+        return list(values.to_pylist())
+    at = encoded.indices.to_numpy(zero_copy_only=False)
+    shared: list[str] = np.asarray(distinct, dtype=object)[at].tolist()
+    return shared
 
 
 def _render_naive_datetimes(values: Any) -> tuple[str, ...]:
