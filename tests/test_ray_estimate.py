@@ -53,3 +53,23 @@ def test_replicas_sharing_an_endpoint_are_priced_as_clients_of_one_cache(
             # Both replicas start at once: each writes the shared instructions before
             # either can read them (one client writes them once).
             assert two.planned.cache_write_tokens > one.planned.cache_write_tokens
+
+
+def test_api_replicas_below_the_cache_minimum_are_timed_as_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing cacheable: the counts are one client's, the wall time that of the replicas."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    kwargs = {"op": "filter", "backend": "openai", "model": "gpt-4o-mini"}
+    one = ROWS.llm.estimate("Is the review {review} positive about {movie}?", **kwargs)
+    two = ROWS.llm.estimate(
+        "Is the review {review} positive about {movie}?", executor="ray", replicas=2, **kwargs
+    )
+    assert two.planned.cached_tokens == one.planned.cached_tokens == 0
+    assert two.planned.input_tokens == one.planned.input_tokens
+    assert two.planned.cost == one.planned.cost
+    assert one.planned.wall_seconds is not None and two.planned.wall_seconds is not None
+    # Two clients send and take in answers side by side: the client's own pace halves.
+    assert two.planned.wall_seconds < one.planned.wall_seconds
+    assert two.original.wall_seconds is not None and one.original.wall_seconds is not None
+    assert two.original.wall_seconds < one.original.wall_seconds
