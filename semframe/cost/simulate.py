@@ -112,9 +112,9 @@ class Pieces:
         return self._parts(i) if self.layout else [self.plan.requests[i].prompt]
 
     def _fill(self, texts: Sequence[str]) -> None:
-        """Tokenize the ``texts`` not yet known, a chunk at a time, in sorted order."""
+        """Tokenize the ``texts`` not yet known, a chunk at a time, in order of first use."""
         cache = self.cache
-        new = sorted({t for t in texts if t not in cache})
+        new = list(dict.fromkeys(t for t in texts if t not in cache))
         for lo in range(0, len(new), _FILL_CHUNK):
             chunk = new[lo : lo + _FILL_CHUNK]
             for text, toks in zip(chunk, self.encode(chunk), strict=True):
