@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semframe.core.template import Placeholder, parse_template
+from semframe.core.table import MISSING
+from semframe.core.template import Placeholder, in_words, parse_template
 from semframe.errors import ColumnError, TemplateError
 
 
@@ -76,3 +77,47 @@ def test_parser_never_crashes_unexpectedly(text: str) -> None:
         for p in t.parts
     )
     assert parse_template(rebuilt, require_fields=False).parts == t.parts
+
+
+def _restated_one(template: str, row: dict[str, str], inline: int) -> str:
+    """The rule of Template.restated, row by row: short printable values inline, else named."""
+    t = parse_template(template)
+    text, before = "", ""
+    for part in t.parts:
+        if isinstance(part, str):
+            text += part
+            before += part
+            continue
+        value = row[part.name]
+        if 0 < len(value) <= inline and value.isprintable() and value != MISSING:
+            text += value
+        else:
+            words = in_words(part.name, before)
+            text += f"{words} above" if words else "above"
+        before = ""
+    return text
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    values=st.lists(
+        st.tuples(
+            st.sampled_from(["Alien", "", "<missing>", "x" * 12, "a\nb", "Heat"]),
+            st.text(max_size=14),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    inline=st.integers(0, 13),
+    data=st.data(),
+)
+def test_restated_rows_match_the_rule_row_by_row(
+    values: list[tuple[str, str]], inline: int, data: st.DataObject
+) -> None:
+    template = "Is {movie} in {the_genre} like {movie}? {{ok}}"
+    t = parse_template(template)
+    columns = {"movie": [m for m, _ in values], "the_genre": [g for _, g in values]}
+    rows = data.draw(st.lists(st.integers(0, len(values) - 1), max_size=40))
+    got = t.restated_rows(columns, rows, inline=inline)
+    want = [_restated_one(template, {k: v[r] for k, v in columns.items()}, inline) for r in rows]
+    assert got == want
