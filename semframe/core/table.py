@@ -137,8 +137,6 @@ def _render_other(value: object) -> str:
         return str(value.to_pytimedelta())  # type: ignore[attr-defined]
     if module == "numpy":
         if type_name.startswith("datetime64"):
-            import numpy as np
-
             if np.isnat(value):  # type: ignore[call-overload]
                 return MISSING
             return render_value(value.astype("datetime64[us]").item())  # type: ignore[attr-defined]
@@ -296,8 +294,6 @@ def from_pandas(frame: Any, columns: Sequence[str] | None) -> Table:
 
 
 def _render_pandas_series(col: Any) -> tuple[str, ...]:
-    import numpy as np
-
     kind = col.dtype.kind
     if isinstance(col.dtype, np.dtype) and kind in "iu":
         # Plain numpy integers: no missing values possible.
@@ -321,7 +317,6 @@ def _render_arrow_strings(values: Any) -> tuple[str, ...]:
     Missing values become :data:`MISSING`; only values holding a line break
     are fenced in Python. Strings are otherwise rendered as they are.
     """
-    import numpy as np
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     broken = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
@@ -345,7 +340,6 @@ def _shared_strings(values: Any) -> list[str]:
     string's cached hash. Columns whose first values are mostly distinct are
     converted directly (encoding them would cost more than it saves).
     """
-    import numpy as np
     import pyarrow as pa
 
     head = values.slice(0, _SAMPLE)
@@ -367,8 +361,6 @@ def _shared_strings(values: Any) -> list[str]:
 
 def _render_naive_datetimes(values: Any) -> tuple[str, ...]:
     """Vectorised :func:`render_value` for a numpy ``datetime64[us]`` array."""
-    import numpy as np
-
     text = np.datetime_as_string(values, unit="s")
     micros = values.astype("int64") % 1_000_000
     midnight = (values - values.astype("datetime64[D]")).astype("int64") == 0
