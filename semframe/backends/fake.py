@@ -18,6 +18,7 @@ from typing import Any
 
 from semframe.backends.base import Capabilities
 from semframe.core.parse import minimal_instance
+from semframe.core.plan import common_prefix_len
 from semframe.core.wire import Completion, Request, TokenLogprob, Usage
 from semframe.cost.models import SlotCost
 from semframe.errors import TransientError
@@ -82,31 +83,6 @@ def default_answer(request: Request) -> str:
     text = "fake: " + " | ".join(values)
     limit = max(request.max_tokens, 1) * 4
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def common_prefix_len(a: str, b: str) -> int:
-    """Length of the common prefix of ``a`` and ``b``.
-
-    Binary search over slice comparisons: the comparisons run in C, so this is
-    fast for long prompts.
-
-    Examples
-    --------
-    >>> common_prefix_len("movie: Alien\\nreview: a", "movie: Alien\\nreview: b")
-    21
-    >>> common_prefix_len("", "x"), common_prefix_len("ab", "ab")
-    (0, 2)
-    """
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class FakeBackend:

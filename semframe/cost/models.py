@@ -35,7 +35,7 @@ from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from semframe.core.capacity import Capacity
-from semframe.core.plan import Plan
+from semframe.core.plan import Plan, common_prefix_len
 from semframe.core.wire import Request, Usage
 from semframe.cost.cachesim import (
     LONG_TTLS,
@@ -1403,24 +1403,6 @@ class _EngineCost:
         return CacheFigures(input_tokens, 0)
 
 
-def _shared_start(a: str, b: str) -> str:
-    """The longest common prefix of ``a`` and ``b`` (a binary search on slices).
-
-    Examples
-    --------
-    >>> _shared_start("review: A film", "review: Another"), _shared_start("x", "y")
-    ('review: A', '')
-    """
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return a[:lo]
-
-
 def _slots(shape: RunShape) -> int:
     """The slot count a run of ``shape`` has with rows to spare (its calibration's key)."""
     return shape.slots or shape.workers
@@ -1478,7 +1460,7 @@ class SlotCost(_EngineCost):
                     # The slot reuses tokens, so also the start both pieces share (a field's
                     # label, a restated question up to its values), less the token the
                     # rest of each piece may merge into.
-                    shared = _shared_start(a, b)
+                    shared = a[: common_prefix_len(a, b)]
                     cached += max(0, pieces.count(shared) - 1) if shared else 0
                     break
                 cached += pieces.count(a)
