@@ -181,6 +181,11 @@ def test_content_free_calibration_keeps_the_rows_above_the_lean(leaning: FakeBac
     op = semframe.last_op()
     assert op is not None
     assert dict(op.counts) == {"decided": 6, "changed": 3, "calibration_rows": 3}
+    # The run's rows are the caller's; the calibrating requests are counted apart.
+    run = semframe.last_run()
+    assert run is not None and op.runs == (run,)
+    assert (run.rows, run.calibration, run.requests) == (6, 3, 9)
+    assert "6 rows, 9 requests (3 calibrating)" in repr(run)
     probes = [r for r in leaning.history if re.search(r"review: (N/A|\[MASK\])?\n", r.prompt)]
     assert len(probes) == 3
     # The rows ask for logprobs; the instructions name the field in words, and the

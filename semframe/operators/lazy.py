@@ -76,7 +76,7 @@ class ProbeRunner(Runner):
     ``semframe.last_run()`` and ``last_op()`` keep what they said before.
     """
 
-    def run(self, call: Call) -> list[Outcome]:
+    def run(self, call: Call, *, calibration: int = 0) -> list[Outcome]:
         """No outcomes: the probe's relQueries have no rows."""
         if call.labels:
             msg = (

@@ -551,7 +551,7 @@ def run_decided(compiled: RowwiseCall, runner: Runner, op: str) -> list[Outcome]
         return outcomes
     check_logprobs(compiled.settings, f"{op}(calibrate=...)")
     both, k, answers = _calibration_first(call, mode)
-    sent = runner.run(both)
+    sent = runner.run(both, calibration=k)
     probed, outcomes = sent[:k], sent[k:]
     choices = compiled.choices
     dists = [_distribution(o, choices) for o in probed]

@@ -481,12 +481,16 @@ class Runner:
     guard: BudgetGuard | None = None
     runs: list[RunStats] = field(default_factory=list)
 
-    def run(self, call: Call) -> list[Outcome]:
-        """Run one relQuery; outcomes in the call's row order."""
+    def run(self, call: Call, *, calibration: int = 0) -> list[Outcome]:
+        """Run one relQuery; outcomes in the call's row order.
+
+        Its first ``calibration`` rows calibrate the others' decisions: they are
+        counted as :attr:`RunStats.calibration`, not as rows.
+        """
         guard = self.guard
         if guard is None:
             outcomes, stats = run_call(call)
-            self.runs.append(stats)
+            self._add(stats, calibration)
             return outcomes
         n = call.relquery.table.n_rows
         if guard.stopped is not None:
@@ -496,12 +500,20 @@ class Runner:
         except BudgetExceeded as exc:
             guard.stopped = exc
             if exc.stats is not None:
-                self.runs.append(exc.stats)
+                self._add(exc.stats, calibration)
                 guard.add(exc.stats)
             return [o if o is not None else guard.unsent() for o in exc.outcomes]
-        self.runs.append(stats)
+        self._add(stats, calibration)
         guard.add(stats)
         return outcomes
+
+    def _add(self, stats: RunStats, calibration: int) -> None:
+        if calibration:
+            stats = dataclasses.replace(
+                stats, rows=stats.rows - calibration, calibration=calibration
+            )
+            record_run(stats)  # what last_run() returns
+        self.runs.append(stats)
 
     def finish(self, *, detail: object = None, **counts: int) -> OpStats:
         """Record the call's statistics (``semframe.last_op()``)."""

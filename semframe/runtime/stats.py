@@ -95,6 +95,11 @@ class RunStats:
 
     ``replicas`` holds one :class:`ReplicaStats` per replica of a run with
     ``executor="ray"`` (empty for a run in this process).
+
+    ``calibration`` counts the requests that calibrated the run's decisions
+    (``filter`` and ``classify`` with ``calibrate=``: content-free inputs or
+    labeled rows, sent in the same run). They are in ``requests`` and the
+    token figures, not in ``rows``, which are the caller's.
     """
 
     op: str
@@ -122,6 +127,7 @@ class RunStats:
     rate_limited: int = 0
     paced_seconds: float = 0.0
     replicas: tuple[ReplicaStats, ...] = ()
+    calibration: int = 0
 
     @property
     def cached_share(self) -> float:
@@ -129,7 +135,8 @@ class RunStats:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def __repr__(self) -> str:
-        if self.cache_hits and self.cache_hits == self.rows and not self.requests:
+        served_all = self.cache_hits == self.rows + self.calibration
+        if self.cache_hits and served_all and not self.requests:
             # Zeros everywhere would hide what happened: say it, and how to run afresh.
             answers = "the answer" if self.rows == 1 else f"all {self.rows:,} answers"
             return (
@@ -145,7 +152,9 @@ class RunStats:
             )
         return (
             f"RunStats({self.op} on {self.backend}/{self.model}, reorder={self.reorder}: "
-            f"{plural(self.rows, 'row')}, {plural(self.requests, 'request')}, "
+            f"{plural(self.rows, 'row')}, {plural(self.requests, 'request')}"
+            + (f" ({self.calibration:,} calibrating)" if self.calibration else "")
+            + ", "
             f"{plural(self.errors, 'error')}, {plural(self.retries, 'retry', 'retries')}; "
             f"prompt {self.prompt_tokens:,} tok, cached "
             f"{self.cached_tokens:,} ({self.cached_share:.1%}), output {self.output_tokens:,} "
@@ -180,7 +189,8 @@ class RunStats:
             (
                 "requests sent",
                 f"{self.requests:,}"
-                + (f" ({plural(self.retries, 'retry', 'retries')})" if self.retries else ""),
+                + (f" ({plural(self.retries, 'retry', 'retries')})" if self.retries else "")
+                + (f", {self.calibration:,} of them calibrating" if self.calibration else ""),
             ),
             ("errors", f"{self.errors:,}"),
             ("prompt tokens", f"{self.prompt_tokens:,}"),
