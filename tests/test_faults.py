@@ -373,15 +373,16 @@ def storm_429(emu: ProviderEmulator, backend: str) -> FaultReport:
 
 def timeouts(emu: ProviderEmulator) -> FaultReport:
     """Three requests hang past the client timeout; retried, each row paid for once per answer."""
-    emu.faults.inject(Fault.hang(1.5), count=3)
+    emu.faults.inject(Fault.hang(2.5), count=3)
     n = 12
     # warm_start=False: the faults hit the next requests to arrive, and a warm start
-    # sends one request alone, so one row would meet them all in a row
+    # sends one request alone, so one row would meet them all in a row. The timeout
+    # leaves room for a loaded machine: an answer slower than it would be retried too.
     out = _frame(n).llm.map(
         TEMPLATE,
         backend="openai",
         base_url=emu.openai_url,
-        timeout=0.3,
+        timeout=1.0,
         max_concurrency=4,
         warm_start=False,
     )
