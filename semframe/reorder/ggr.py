@@ -192,7 +192,6 @@ class _Solver:
             start += cards[j]
         self.offsets = offsets
         self.cards = cards
-        self.gcodes: IntArray = (enc.codes + offsets[:, None]).astype(np.int64)
         sq = np.zeros(start, dtype=np.float64)
         col_of = np.zeros(start, dtype=np.int64)
         for j in range(m):
@@ -213,6 +212,17 @@ class _Solver:
         self._extra: dict[tuple[int, tuple[int, ...]], FloatArray] = {}
         self._extra_py: dict[tuple[int, tuple[int, ...]], list[float]] = {}
         self._sq_py: list[float] = []
+
+    def block(self, cols: Sequence[int], rows: IntArray) -> IntArray:
+        """Global codes of ``rows`` in ``cols`` (a row per column), unique across columns.
+
+        Built per sub-table from the table's codes, so the solver holds no
+        second copy of them.
+        """
+        at = np.asarray(cols, dtype=np.int64)
+        out: IntArray = self.enc.codes[at[:, None], rows[None, :]]
+        out += self.offsets[at][:, None]
+        return out
 
     # -- scoring ---------------------------------------------------------------
 
@@ -263,8 +273,8 @@ class _Solver:
         when every recursion column is shared).
         """
         r0, r1 = node.rows.tolist()
-        a = self.gcodes[:, r0].tolist()
-        b = self.gcodes[:, r1].tolist()
+        a = (self.enc.codes[:, r0] + self.offsets).tolist()
+        b = (self.enc.codes[:, r1] + self.offsets).tolist()
         same = tuple(c for c in node.cols if a[c] == b[c])
         differ = tuple(c for c in node.cols if a[c] != b[c])
         if differ:
@@ -320,7 +330,7 @@ class _Solver:
             return [self._pair(node)]
         if n_rows * len(cols) <= max(self.lookahead_cells, _PYTHON_CELLS):
             return self._small(node)
-        block = self.gcodes[np.asarray(cols, dtype=np.int64)[:, None], rows[None, :]]
+        block = self.block(cols, rows)
         constant = (block == block[:, :1]).all(axis=1)
         if constant.any():
             keep = ~constant
@@ -459,7 +469,7 @@ class _Small:
         self.node = node
         self.rows = node.rows
         columns = node.cols + node.tail
-        block = solver.gcodes[np.asarray(columns, dtype=np.int64)[:, None], node.rows[None, :]]
+        block = solver.block(columns, node.rows)
         self.data: dict[int, list[int]] = dict(zip(columns, block.tolist(), strict=True))
         # Columns whose values are all distinct here never group nor turn constant.
         size = node.rows.size
