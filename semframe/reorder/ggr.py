@@ -776,21 +776,25 @@ class _DepthFirst:
         order_ids: dict[tuple[int, ...], int] = {}
         block_order = np.fromiter(
             (order_ids.setdefault(order, len(order_ids)) for _, order in blocks),
-            dtype=np.int64,
+            dtype=np.int32 if len(blocks) < 2**31 else np.int64,
             count=len(blocks),
         )
         sizes = np.fromiter((rows.size for rows, _ in blocks), dtype=np.int64, count=len(blocks))
         row_order = np.repeat(block_order, sizes)
         rows_all = np.concatenate([rows for rows, _ in blocks]) if blocks else np.zeros(0, np.int64)
         m = enc.n_columns
-        orders = np.array(list(order_ids), dtype=np.int64).reshape(len(order_ids), m)
+        small = np.int8 if m < 128 else np.int64  # column numbers: a byte where they fit
+        orders = np.array(list(order_ids), dtype=small).reshape(len(order_ids), m)
         self.offsets = np.zeros(m, dtype=np.int64)
         if m:
             self.offsets[1:] = np.cumsum(enc.cardinalities[:-1])
         columns = orders[row_order]
         segments = enc.codes[columns, rows_all[:, None]]
-        segments += self.offsets[columns]
-        del columns  # n x m: freed before the sort's own arrays
+        for k in range(m):  # a column of offsets at a time, not an n x m array of them
+            segments[:, k] += self.offsets[columns[:, k]]
+        del columns  # freed before the sort's own arrays
+        if sum(enc.cardinalities) < 2**31:  # global codes in 4 bytes
+            segments = segments.astype(np.int32)
         perm = depth_first(segments)
         self.segments = segments[perm]
         self.rows = rows_all[perm]

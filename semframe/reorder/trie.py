@@ -21,6 +21,8 @@ solver left apart; where nothing is apart it changes nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from semframe.reorder._encode import IntArray
@@ -31,7 +33,7 @@ def depth_first(segments: IntArray) -> IntArray:
 
     Parameters
     ----------
-    segments : ndarray of int64, shape (n_prompts, n_positions)
+    segments : ndarray of int (4 or 8 bytes), shape (n_prompts, n_positions)
         ``segments[p, j]``: the code of prompt ``p``'s ``j``-th segment, in
         execution order. Equal codes are equal segments (codes must differ
         between columns).
@@ -55,7 +57,7 @@ def depth_first(segments: IntArray) -> IntArray:
     n, m = segments.shape
     if n < 2 or m == 0:
         return np.arange(n, dtype=np.int64)
-    keys: list[IntArray] = []
+    keys: list[np.ndarray[Any, Any]] = []  # positions, in 4 bytes where they fit
     prefix = np.zeros(n, dtype=np.int64)
     for j in range(m):
         column = segments[:, j]
@@ -67,7 +69,7 @@ def depth_first(segments: IntArray) -> IntArray:
         # prompt at depth j is where its prefix first appears.
         _, first, ids = np.unique(prefix * base + column, return_index=True, return_inverse=True)
         prefix = ids.reshape(n).astype(np.int64)
-        keys.append(first[prefix].astype(np.int64))
+        keys.append(first[prefix].astype(np.int32 if n < 2**31 else np.int64))
         if first.size == n:  # every prompt is alone in its subtree from here on
             break
     # np.lexsort sorts by its last key first: depth 0 is the most significant.
