@@ -57,11 +57,13 @@ def test_a_hung_row_fails_in_seconds_and_the_others_are_kept(
     emu: ProviderEmulator, quick: None
 ) -> None:
     """With the default timeout (120 s) a hung row used to hold the run 4 x 120 s."""
-    emu.faults.inject(Fault.hang(4.0), when=lambda prompt: "row 7" in prompt)
+    emu.faults.inject(Fault.hang(8.0), when=lambda prompt: "row 7" in prompt)
     start = time.monotonic()
     out = _rows(20).llm.map(TEMPLATE, backend="openai", base_url=emu.openai_url, errors="keep")
     took = time.monotonic() - start
-    assert took < 3.5, f"the hung row held the run {took:.1f} s"
+    # Well under the hang, with room for a loaded machine (3.5 s against a 4 s hang
+    # failed once under the whole suite).
+    assert took < 6.0, f"the hung row held the run {took:.1f} s"
     assert out["llm_output"].notna().sum() == 19
     error = out["llm_output_error"][7]
     assert "no answer within the row's deadline" in error
