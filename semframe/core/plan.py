@@ -643,6 +643,25 @@ class _Column:
         return cls(label, values, codes, segments, lengths, missing)
 
 
+def groups_of(requests: Sequence[Request]) -> list[PrefixGroup]:
+    """Prefix groups of ``requests``: runs of consecutive requests with the same ``group``.
+
+    Examples
+    --------
+    >>> from semframe.core.wire import Request
+    >>> rs = [Request(i, i, "", None, 8, 0.0, None, g) for i, g in enumerate([4, 4, 1, 4])]
+    >>> [(g.start, g.stop) for g in groups_of(rs)]
+    [(0, 2), (2, 3), (3, 4)]
+    """
+    groups = []
+    start = 0
+    for k in range(1, len(requests) + 1):
+        if k == len(requests) or requests[k].group != requests[k - 1].group:
+            groups.append(PrefixGroup(start, k))
+            start = k
+    return groups
+
+
 def common_prefix_len(a: str, b: str) -> int:
     """Length of the common prefix of ``a`` and ``b``.
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from semframe.core.plan import Plan, row_tails
+from semframe.core.plan import Plan, groups_of, row_tails
 from semframe.core.table import MISSING
 
 __all__ = [
@@ -395,25 +395,18 @@ def replay(
 def client_bounds(plan: Plan, ids: Sequence[int]) -> list[tuple[int, int]]:
     """Prefix groups of the requests ``ids`` of ``plan`` as one client sends them.
 
-    Runs of consecutive requests with the same prefix group, as positions in
-    ``ids`` (a replica's executor forms its groups that way).
+    Runs of consecutive requests with the same prefix group
+    (:func:`~semframe.core.plan.groups_of`, as a replica's executor forms
+    them), as positions in ``ids``.
 
     Examples
     --------
-    >>> from semframe.core.plan import PrefixGroup
     >>> from types import SimpleNamespace
-    >>> groups = [PrefixGroup(0, 3), PrefixGroup(3, 5)]
     >>> plan = SimpleNamespace(requests=[SimpleNamespace(group=g) for g in (0, 0, 0, 1, 1)])
     >>> client_bounds(plan, [1, 2, 4])
     [(0, 2), (2, 3)]
     """
-    out: list[tuple[int, int]] = []
-    start = 0
-    for k in range(1, len(ids) + 1):
-        if k == len(ids) or plan.requests[ids[k]].group != plan.requests[ids[k - 1]].group:
-            out.append((start, k))
-            start = k
-    return out
+    return [(g.start, g.stop) for g in groups_of([plan.requests[i] for i in ids])]
 
 
 def simulate_clients(  # noqa: PLR0917
@@ -438,7 +431,6 @@ def simulate_clients(  # noqa: PLR0917
 
     Examples
     --------
-    >>> from semframe.core.plan import PrefixGroup
     >>> from types import SimpleNamespace
     >>> plan = SimpleNamespace(requests=[SimpleNamespace(group=g) for g in range(4)])
     >>> seen = []

@@ -189,12 +189,9 @@ def _on_replicas(  # noqa: PLR0917
     dollars add up; the wall time is the slowest replica's.
     """
     shape = shaped.shape
-    part = partition(plan.requests, plan.groups, replicas, per_request=PER_REQUEST_CHARS)
     rq = plan.relquery
     parts = []
-    for ids in part.shards:
-        if not ids:
-            continue
+    for ids in _shards(plan, replicas):
         rows = [plan.requests[i].row for i in ids]
         sub = dataclasses.replace(rq, table=rq.table.take(rows))
         order = Ordering(tuple(range(len(ids))), tuple(plan.ordering.fields[i] for i in ids))

@@ -419,22 +419,18 @@ def execute(
         return lost_prompt_tokens(backend, request)
 
     should_stop: Callable[[int], bool] | None = None
-    if stop_when is not None:
-        hook = stop_when
+    if stop_when is not None or halt is not None:
+        hook, flag = stop_when, halt
 
         def should_stop(in_flight: int) -> bool:
-            if halt is not None and halt.is_set():
+            if flag is not None and flag.is_set():
                 return True
+            if hook is None:
+                return False
             with lock:
                 spent = totals.charged()
                 answered = totals.done - totals.cache_hits
             return hook(spent, answered, in_flight)
-
-    elif halt is not None:
-        flag = halt
-
-        def should_stop(in_flight: int) -> bool:
-            return flag.is_set()
 
     refused: list[bool] = []  # a retry the budget did not allow
 

@@ -54,7 +54,7 @@ from semframe.backends import BACKENDS, get_backend, register_backend
 from semframe.backends.base import AsyncBackend, Backend, Capabilities
 from semframe.cache.store import ResultCache
 from semframe.config import ResolvedConfig
-from semframe.core.plan import Plan
+from semframe.core.plan import Plan, groups_of
 from semframe.core.wire import Completion, Outcome, Request, Usage
 from semframe.cost.models import CostModel, warm_start
 from semframe.errors import (
@@ -77,7 +77,7 @@ from semframe.runtime.execute import (
     unanswered,
 )
 from semframe.runtime.progress import Progress
-from semframe.runtime.shard import Answer, Answers, Shard, groups_of
+from semframe.runtime.shard import Answer, Answers, Shard
 from semframe.runtime.stats import ReplicaStats, RunStats, record_run
 from semframe.serving.partition import partition
 

@@ -19,10 +19,10 @@ from itertools import repeat
 from typing import Any, NamedTuple
 
 from semframe.core.ordering import Ordering
-from semframe.core.plan import Plan, PrefixGroup, RelQuery, without_gc
+from semframe.core.plan import Plan, RelQuery, groups_of, without_gc
 from semframe.core.wire import Completion, Outcome, Request, Usage
 
-__all__ = ["Answer", "Answers", "Shard", "groups_of"]
+__all__ = ["Answer", "Answers", "Shard"]
 
 
 class Answer(NamedTuple):
@@ -155,25 +155,6 @@ class Shard:
             tuple(groups_of(requests)),
             self.shared_chars,
         )
-
-
-def groups_of(requests: Sequence[Request]) -> list[PrefixGroup]:
-    """Prefix groups of ``requests``: runs of consecutive requests with the same ``group``.
-
-    Examples
-    --------
-    >>> from semframe.core.wire import Request
-    >>> rs = [Request(i, i, "", None, 8, 0.0, None, g) for i, g in enumerate([4, 4, 1, 4])]
-    >>> [(g.start, g.stop) for g in groups_of(rs)]
-    [(0, 2), (2, 3), (3, 4)]
-    """
-    groups = []
-    start = 0
-    for k in range(1, len(requests) + 1):
-        if k == len(requests) or requests[k].group != requests[k - 1].group:
-            groups.append(PrefixGroup(start, k))
-            start = k
-    return groups
 
 
 def _column(values: tuple[Any, ...]) -> Any:
