@@ -50,6 +50,7 @@ import pandas as pd
 
 import semframe
 from semframe.cost.calibration import load_calibration
+from semframe.cost.estimate import Estimate, Figures
 from semframe.cost.models import LatencyModel
 from semframe.operators.common import compile_call
 from semframe.runtime.calibrate import calibrate_local
@@ -120,64 +121,81 @@ def api_accuracy(rows: int, runs: int) -> list[dict[str, Any]]:
                         "progress": "off",
                         "cache": False,  # every run billed in full: no answers from the cache
                     }
-                    call = compile_call(df, template, op="filter", **settings)
-                    emu.reset()
-                    est = estimate_plan(
-                        call.plan, call.settings, probe=20, latency=LatencyModel(LATENCY, 0.0)
-                    )
-                    bills, walls = [], []
-                    for _ in range(runs):
-                        emu.reset()  # the probe (or the run before) warmed the caches
-                        t0 = time.perf_counter()
-                        df.llm.filter(template, **settings)
-                        walls.append(time.perf_counter() - t0)
-                        bills.append(emu.ledger.totals())
+                    est, bills, walls = bill_cell(emu, df, template, settings, runs)
                     bill = _median_bill(bills)
-                    wall = statistics.median(walls)
                     p = est.planned
-                    assert p.cost is not None
                     row = {
                         "workload": workload,
                         "backend": backend,
                         "model": model,
                         "order": reorder,
                         "requests": bill.requests,
-                        "input_est": p.input_tokens,
-                        "input_billed": bill.prompt_tokens,
-                        "cached_est": p.cached_tokens,
-                        "cached_billed": bill.cached_tokens,
+                        **compared(p, bills),
                         "writes_est": p.cache_write_tokens,
                         "writes_billed": bill.cache_write_tokens,
                         "output_est": p.output_tokens,
                         "output_billed": bill.output_tokens,
-                        "dollars_est": p.cost.total,
-                        "dollars_billed": bill.dollars,
                         "dollars_max_tokens_bound": p.cost_max,
                         "wall_est_s": p.wall_seconds,
-                        "wall_s": wall,
+                        "wall_s": statistics.median(walls),
                         "estimate_s": est.seconds_to_estimate,
                         "runs": runs,
-                        "cached_billed_all": [b.cached_tokens for b in bills],
-                        "dollars_billed_all": [b.dollars for b in bills],
                         "wall_s_all": walls,
                     }
-                    span = p.span
-                    lo, hi = span.cached_tokens if span else (p.cached_tokens, p.cached_tokens)
-                    row["cached_range_est"] = [lo, hi]
-                    row["bills_in_range"] = sum(lo <= b.cached_tokens <= hi for b in bills)
-                    row["err_input"] = _err(p.input_tokens, bill.prompt_tokens)
-                    row["err_cached"] = _err(p.cached_tokens, bill.cached_tokens)
-                    row["err_dollars"] = _err(p.cost.total, bill.dollars)
                     out.append(row)
                     print(
                         f"  {workload:<18} {backend:<9} {reorder:<4} input {p.input_tokens:>9,} "
                         f"vs {bill.prompt_tokens:>9,.0f}  cached {p.cached_tokens:>9,} vs "
-                        f"{bill.cached_tokens:>9,.0f}  ${p.cost.total:.4f} vs ${bill.dollars:.4f} "
+                        f"{bill.cached_tokens:>9,.0f}  ${row['dollars_est']:.4f} vs "
+                        f"${bill.dollars:.4f} "
                         f"(bills ${min(b.dollars for b in bills):.4f}"
                         f"-{max(b.dollars for b in bills):.4f})",
                         flush=True,
                     )
     return out
+
+
+def bill_cell(
+    emu: ProviderEmulator, df: pd.DataFrame, template: str, settings: dict[str, Any], runs: int
+) -> tuple[Estimate, list[Any], list[float]]:
+    """A filter's estimate (20 probe rows), then ``runs`` bills of it and their wall times.
+
+    The emulator's caches are emptied before the estimate and before each run.
+    """
+    call = compile_call(df, template, op="filter", **settings)
+    emu.reset()
+    est = estimate_plan(call.plan, call.settings, probe=20, latency=LatencyModel(LATENCY, 0.0))
+    bills, walls = [], []
+    for _ in range(runs):
+        emu.reset()  # the probe (or the run before) warmed the caches
+        t0 = time.perf_counter()
+        df.llm.filter(template, **settings)
+        walls.append(time.perf_counter() - t0)
+        bills.append(emu.ledger.totals())
+    return est, bills, walls
+
+
+def compared(p: Figures, bills: list[Any]) -> dict[str, Any]:
+    """Estimated figures ``p`` against the median of ``bills``: input, cached tokens, dollars."""
+    bill = _median_bill(bills)
+    assert p.cost is not None
+    span = p.span
+    lo, hi = span.cached_tokens if span else (p.cached_tokens, p.cached_tokens)
+    return {
+        "input_est": p.input_tokens,
+        "input_billed": bill.prompt_tokens,
+        "cached_est": p.cached_tokens,
+        "cached_billed": bill.cached_tokens,
+        "dollars_est": p.cost.total,
+        "dollars_billed": bill.dollars,
+        "cached_billed_all": [b.cached_tokens for b in bills],
+        "dollars_billed_all": [b.dollars for b in bills],
+        "cached_range_est": [lo, hi],
+        "bills_in_range": sum(lo <= b.cached_tokens <= hi for b in bills),
+        "err_input": _err(p.input_tokens, bill.prompt_tokens),
+        "err_cached": _err(p.cached_tokens, bill.cached_tokens),
+        "err_dollars": _err(p.cost.total, bill.dollars),
+    }
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from estimator import KEY, LATENCY, WORKLOADS, _err, _frame, _median_bill
+from estimator import KEY, LATENCY, WORKLOADS, _frame, bill_cell, compared
 
 import semframe
-from semframe.cost.models import LatencyModel
-from semframe.operators.common import compile_call
 from semframe.runtime import ray_executor
-from semframe.runtime.estimate import estimate_plan
 from semframe.testing.emulator import Latency, ProviderEmulator
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ray_api_bill.json"
@@ -62,47 +59,23 @@ def measure(rows: int, runs: int, providers: list[str]) -> list[dict[str, Any]]:
                             "executor": executor,
                             "replicas": 2,
                         }
-                        call = compile_call(df, template, op="filter", **settings)
-                        emu.reset()
-                        est = estimate_plan(
-                            call.plan, call.settings, probe=20, latency=LatencyModel(LATENCY, 0.0)
-                        )
-                        bills = []
-                        for _ in range(runs):
-                            emu.reset()  # the probe (or the run before) warmed the caches
-                            df.llm.filter(template, **settings)
-                            bills.append(emu.ledger.totals())
-                        bill = _median_bill(bills)
+                        est, bills, _ = bill_cell(emu, df, template, settings, runs)
                         p = est.planned
-                        assert p.cost is not None
                         row = {
                             "workload": workload,
                             "backend": backend,
                             "order": reorder,
                             "executor": executor,
-                            "input_est": p.input_tokens,
-                            "input_billed": bill.prompt_tokens,
-                            "cached_est": p.cached_tokens,
-                            "cached_billed": bill.cached_tokens,
-                            "dollars_est": p.cost.total,
-                            "dollars_billed": bill.dollars,
-                            "cached_billed_all": [b.cached_tokens for b in bills],
-                            "dollars_billed_all": [b.dollars for b in bills],
-                            "err_input": _err(p.input_tokens, bill.prompt_tokens),
-                            "err_cached": _err(p.cached_tokens, bill.cached_tokens),
-                            "err_dollars": _err(p.cost.total, bill.dollars),
+                            **compared(p, bills),
                         }
-                        span = p.span
-                        lo, hi = span.cached_tokens if span else (p.cached_tokens,) * 2
-                        row["cached_range_est"] = [lo, hi]
-                        row["bills_in_range"] = sum(lo <= b.cached_tokens <= hi for b in bills)
+                        lo, hi = row["cached_range_est"]
                         out.append(row)
                         print(
                             f"{workload:<18} {backend:<9} {reorder:<4} {executor:<5} "
                             f"{row['err_input']:>+7.1%} "
-                            f"{p.cached_tokens:>9,} {bill.cached_tokens:>9,.0f} "
+                            f"{p.cached_tokens:>9,} {row['cached_billed']:>9,.0f} "
                             f"{row['err_cached']:>+7.1%} "
-                            f"${p.cost.total:>7.4f} ${bill.dollars:>7.4f} "
+                            f"${row['dollars_est']:>7.4f} ${row['dollars_billed']:>7.4f} "
                             f"{row['err_dollars']:>+7.1%}  range {lo:,}-{hi:,}, "
                             f"{row['bills_in_range']} of {runs} bills in it",
                             flush=True,
