@@ -81,19 +81,22 @@ class Pieces:
         sample = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
         self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in sample)
         segments: dict[str, tuple[list[str], list[str]]] = {}
+        lasts: list[str] = []  # each request's last piece, where it carries the question
         if self.layout:
             texts = [self.head]
             for f in rq.fields:
                 values = list(dict.fromkeys(self.cells[f]))
                 segments[f] = values, [f"{f}: {v}\n" for v in values]
                 texts += segments[f][1]
-            texts += [self._parts(i)[-1] for i in range(n)] if self.tails else []
+            lasts = [self._parts(i)[-1] for i in range(n)] if self.tails else []
+            texts += lasts
         else:  # not the planner's layout: whole prompts are the pieces
             texts = [r.prompt for r in plan.requests]
         if rq.system:
             texts.append(rq.system)
         self._fill(texts)
         cache = self.cache
+        self._last_counts = [len(cache[t]) for t in lasts]
         self.col_counts: dict[str, dict[str, int]] = {
             f: dict(zip(values, (len(cache[t]) for t in texts), strict=True))
             for f, (values, texts) in segments.items()
@@ -162,12 +165,11 @@ class Pieces:
             per_row = np.fromiter(map(self.col_counts[f].__getitem__, cells), np.int64, len(cells))
             total += per_row[rows]
         if self.tails:  # the last field's piece carries the restated question
-            cache, fields, head = self.cache, plan.ordering.fields, len(self.cache[self.head])
+            fields, head = plan.ordering.fields, len(self.cache[self.head])
             total += np.fromiter(
                 (
-                    len(cache[self._parts(i)[-1]])
-                    - (self.col_counts[o[-1]][self.cells[o[-1]][r.row]] if o else head)
-                    for i, (r, o) in enumerate(zip(plan.requests, fields, strict=True))
+                    last - (self.col_counts[o[-1]][self.cells[o[-1]][r.row]] if o else head)
+                    for last, r, o in zip(self._last_counts, plan.requests, fields, strict=True)
                 ),
                 np.int64,
                 n,
