@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from semframe.cache.store import TOUCH_SECONDS, ResultCache, load_tokens
 from semframe.core.parse import ParseError, accept
+from semframe.core.plan import without_gc
 from semframe.core.wire import Outcome, Usage
 
 __all__ = ["Served", "serve_stored"]
@@ -39,6 +40,16 @@ def serve_stored(
     sqlite3.Error
         When the cache cannot be read.
     """
+    with without_gc():  # a row and an outcome per key: nothing here forms a cycle
+        return _serve(cache, keys, parse, outcomes)
+
+
+def _serve(
+    cache: ResultCache,
+    keys: Sequence[str | None],
+    parse: Callable[[str], Any],
+    outcomes: list[Outcome | None],
+) -> Served:
     found = cache.rows([k for k in dict.fromkeys(keys) if k is not None])
     served = 0
     stale: list[str] = []

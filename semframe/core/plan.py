@@ -30,8 +30,8 @@ from semframe.core.capacity import Capacity
 from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.parse import OutputSpec
-from semframe.core.table import MISSING, Table, factorize, render_value
-from semframe.core.template import Codes, Template
+from semframe.core.table import MISSING, Coded, Table, render_value
+from semframe.core.template import Template
 from semframe.core.wire import Request
 from semframe.errors import InputError, plural
 
@@ -545,8 +545,7 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
         return Plan(rq, ordering, reorder, instructions, (), (), ())
     rows = np.asarray(ordering.rows, dtype=np.intp)
     # Each column factorized once: a code per row, each distinct segment rendered once.
-    columns = [_Column.of(f, rq.table.cells[f]) for f in rq.fields]
-    coded = {f: (c.values, c.codes) for f, c in zip(rq.fields, columns, strict=True)}
+    columns = [_Column.of(f, rq.table.coded(f)) for f in rq.fields]
     position = {f: j for j, f in enumerate(rq.fields)}
     orders = dict.fromkeys(ordering.fields)  # the distinct field orders, first seen first
     order_index = dict(zip(orders, range(len(orders)), strict=True))
@@ -571,7 +570,7 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
         rendered = list(
             map(
                 "".join,
-                zip(repeat(head, len(at)), *texts, row_tails(rq, taken, coded), strict=True),
+                zip(repeat(head, len(at)), *texts, row_tails(rq, taken), strict=True),
             )
         )
         if len(orders) == 1:
@@ -627,15 +626,15 @@ class _Column:
     """One field's values factorized: what :func:`make_plan` renders and compares."""
 
     label: str
-    values: list[str]  # the distinct values, first seen first
+    values: tuple[str, ...]  # the distinct values, first seen first
     codes: np.ndarray[Any, np.dtype[np.int64]]  # per table row, into ``values`` and ``segments``
     segments: list[str]  # ``"{name}: {value}\n"`` per distinct value, first seen first
     lengths: np.ndarray[Any, np.dtype[np.int64]]  # per distinct value, of its segment
     missing: int  # the code of a missing value, -1 when none is
 
     @classmethod
-    def of(cls, name: str, cells: Sequence[str]) -> _Column:
-        values, codes = factorize(cells)
+    def of(cls, name: str, coded: Coded) -> _Column:
+        values, codes = coded
         label = f"{name}: "
         segments = [f"{label}{v}\n" for v in values]
         lengths = np.fromiter(map(len, segments), np.int64, len(segments))
@@ -795,16 +794,11 @@ PLAN_FORMAT = 2
 ordering or rendering that changes what a plan sends."""
 
 
-def row_tails(
-    rq: RelQuery,
-    rows: Sequence[int] | np.ndarray,
-    coded: Mapping[str, tuple[Sequence[str], Codes]] | None = None,
-) -> Sequence[str]:
+def row_tails(rq: RelQuery, rows: Sequence[int] | np.ndarray) -> Sequence[str]:
     """What follows the fields of each of ``rows`` in its prompt: ``""``, or the restated question.
 
-    ``coded`` may give a field's values factorized (distinct values, a code
-    per table row), as :func:`~semframe.core.table.factorize` does; the
-    others are factorized here.
+    Fields are read factorized (:meth:`~semframe.core.table.Table.coded`),
+    each distinct value looked at once.
 
     Examples
     --------
@@ -820,7 +814,7 @@ def row_tails(
     at = np.asarray(rows, dtype=np.intp)
     by_field = {}
     for name in rq.template.fields:
-        values, codes = (coded or {}).get(name) or factorize(rq.table.cells[name])
+        values, codes = rq.table.coded(name)
         by_field[name] = (values, codes[at])
     asked = rq.template.restated_coded(by_field, len(at))
     tails = {text: "\n" + text.strip() + "\n" for text in dict.fromkeys(asked)}

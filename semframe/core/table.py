@@ -32,12 +32,15 @@ import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from semframe.errors import InputError
+
+Coded = tuple[tuple[str, ...], np.ndarray[Any, np.dtype[np.int64]]]
+"""A column factorized: its distinct values, first seen first, and each row's code into them."""
 
 MISSING = "<missing>"
 """How a missing cell is rendered in a prompt."""
@@ -218,6 +221,9 @@ class Table:
     columns: tuple[str, ...]
     cells: Mapping[str, tuple[str, ...]]
     n_rows: int
+    _coded: dict[str, Coded] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def from_columns(cls, data: Mapping[str, Sequence[object]]) -> Table:
@@ -230,13 +236,36 @@ class Table:
         n = lengths.pop() if lengths else 0
         return cls(columns, {c: render_column(list(data[c])) for c in columns}, n)
 
+    def coded(self, column: str) -> Coded:
+        """:func:`factorize` of ``column``'s cells, computed once per table.
+
+        The planner, the reorderer and the restated question each read a
+        column's distinct values and codes; they share one factorization.
+        The codes are read-only.
+
+        Examples
+        --------
+        >>> t = Table.from_columns({"a": ["y", "x", "y"]})
+        >>> values, codes = t.coded("a")
+        >>> values, codes.tolist(), t.coded("a")[1] is codes
+        (('y', 'x'), [0, 1, 0], True)
+        """
+        found = self._coded.get(column)
+        if found is None:
+            values, codes = factorize(self.cells[column])
+            codes.flags.writeable = False
+            found = self._coded[column] = (tuple(values), codes)
+        return found
+
     def row(self, r: int) -> dict[str, str]:
         """The rendered cells of row ``r``, by column."""
         return {c: self.cells[c][r] for c in self.columns}
 
     def select(self, columns: Sequence[str]) -> Table:
         """A table with only ``columns`` (in that order)."""
-        return Table(tuple(columns), {c: self.cells[c] for c in columns}, self.n_rows)
+        table = Table(tuple(columns), {c: self.cells[c] for c in columns}, self.n_rows)
+        table._coded.update((c, self._coded[c]) for c in columns if c in self._coded)
+        return table
 
     def take(self, rows: Sequence[int]) -> Table:
         """A table with only the rows at positions ``rows`` (in that order)."""

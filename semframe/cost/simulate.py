@@ -80,12 +80,12 @@ class Pieces:
         self.tails = list(row_tails(rq, [r.row for r in plan.requests])) if rq.restate else []
         sample = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
         self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in sample)
-        segments: dict[str, tuple[list[str], list[str]]] = {}
+        segments: dict[str, tuple[tuple[str, ...], list[str]]] = {}
         lasts: list[str] = []  # each request's last piece, where it carries the question
         if self.layout:
             texts = [self.head]
             for f in rq.fields:
-                values = list(dict.fromkeys(self.cells[f]))
+                values = rq.table.coded(f)[0]
                 segments[f] = values, [f"{f}: {v}\n" for v in values]
                 texts += segments[f][1]
             lasts = [self._parts(i)[-1] for i in range(n)] if self.tails else []
@@ -161,9 +161,9 @@ class Pieces:
         rows = np.fromiter((r.row for r in plan.requests), np.intp, n)
         total = np.full(n, len(self.cache[self.head]), dtype=np.int64)
         for f in plan.relquery.fields:
-            cells = self.cells[f]
-            per_row = np.fromiter(map(self.col_counts[f].__getitem__, cells), np.int64, len(cells))
-            total += per_row[rows]
+            values, codes = plan.relquery.table.coded(f)
+            per_value = np.fromiter(map(self.col_counts[f].__getitem__, values), np.int64)
+            total += per_value[codes[rows]]
         if self.tails:  # the last field's piece carries the restated question
             fields, head = plan.ordering.fields, len(self.cache[self.head])
             total += np.fromiter(

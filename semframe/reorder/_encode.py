@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from semframe.core.ordering import Ordering
-from semframe.core.table import Table, as_table
+from semframe.core.table import Coded, Table, as_table
 from semframe.errors import ColumnError, InputError, format_choices
 
 Tokenizer = Callable[[str], int]
@@ -87,11 +87,17 @@ class Encoded:
         return self.value_counts[j]
 
 
-def _factorize(values: Sequence[str]) -> tuple[tuple[str, ...], IntArray]:
-    uniq = tuple(sorted(set(values)))
-    index = dict(zip(uniq, range(len(uniq)), strict=True))
-    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
-    return uniq, codes
+def _sorted_codes(coded: Coded) -> tuple[tuple[str, ...], IntArray]:
+    """A column's distinct values sorted, and each row's code into them.
+
+    Built from the table's own factorization (first seen first): only the
+    distinct values are sorted; the codes are renumbered in one take.
+    """
+    values, codes = coded
+    by_value = sorted(range(len(values)), key=values.__getitem__)
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[by_value] = np.arange(len(values), dtype=np.int64)
+    return tuple(map(values.__getitem__, by_value)), rank[codes]
 
 
 def _measure(values: Sequence[str], tokenizer: Tokenizer | None) -> IntArray:
@@ -118,11 +124,10 @@ def encode(table: Table, tokenizer: Tokenizer | None = None) -> Encoded:
     values: list[tuple[str, ...]] = []
     lengths: list[IntArray] = []
     for j, col in enumerate(columns):
-        cells = table.cells[col]
-        if len(cells) != n:
-            msg = f"column {col!r} has {len(cells)} cells but the table has {n} rows."
+        if len(table.cells[col]) != n:
+            msg = f"column {col!r} has {len(table.cells[col])} cells but the table has {n} rows."
             raise InputError(msg)
-        uniq, codes[j] = _factorize(cells)
+        uniq, codes[j] = _sorted_codes(table.coded(col))
         values.append(uniq)
         lengths.append(_measure(uniq, tokenizer))
     labels = tuple(len(c) + 3 if tokenizer is None else int(tokenizer(f"{c}: \n")) for c in columns)

@@ -140,8 +140,8 @@ def _objective(
 
     @functools.cache
     def tokens() -> dict[str, int]:
-        cells = rq.table.cells
-        segments = list(dict.fromkeys(f"{f}: {v}\n" for f in rq.fields for v in cells[f]))
+        table = rq.table
+        segments = list(dict.fromkeys(f"{f}: {v}\n" for f in rq.fields for v in table.coded(f)[0]))
         return dict(zip(segments, (len(t) for t in encode(segments)), strict=True))
 
     def count(text: str) -> int:
@@ -158,7 +158,7 @@ def _longest_bytes(rq: RelQuery) -> int:
     """
     total = 0
     for f in rq.fields:
-        values = dict.fromkeys(rq.table.cells[f])
+        values = rq.table.coded(f)[0]
         longest = max(
             (len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass")) for v in values),
             default=0,
