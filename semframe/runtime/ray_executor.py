@@ -859,25 +859,16 @@ def _take(
     """Put ``batch``'s outcomes in place (plan order) and count them; answered rows are skipped.
 
     A row is answered once: a batch from a replica that was given up on may
-    still arrive after its rows were sent to another. Returns the positions
-    in ``batch`` that were taken.
+    still arrive after its rows were sent to another. Its outcomes for rows
+    already answered are dropped, but what they cost is counted: they were
+    sent, and billed. Returns the positions in ``batch`` that were taken.
     """
     ids = [job.ids[i] for i in batch.ids]
+    if not ids:
+        return []
     fresh = [k for k, pos in enumerate(ids) if outcomes[pos] is None]
-    if not fresh:
-        return fresh
-    values = batch.outcome_list()
     usage = batch.usage
     attempts = batch.outcomes[Outcome._fields.index("attempts")]
-    kinds = batch.outcomes[Outcome._fields.index("error_kind")]
-    if len(fresh) < len(ids):
-        values = [values[k] for k in fresh]
-        ids = [ids[k] for k in fresh]
-        usage = tuple(tuple(column[k] for k in fresh) for column in usage)
-        attempts = tuple(attempts[k] for k in fresh)
-        kinds = tuple(kinds[k] for k in fresh)
-    for pos, outcome in zip(ids, values, strict=True):
-        outcomes[pos] = outcome
     prompt, cached, written, output = map(sum, usage)
     sent = sum(attempts)
     totals.prompt_tokens += prompt
@@ -887,12 +878,21 @@ def _take(
     totals.largest_output = max(totals.largest_output, *usage[3])
     totals.sent += sent
     totals.retries += sent - sum(1 for a in attempts if a)
-    totals.done += len(ids)
-    totals.errors += len(kinds) - kinds.count(None)
-    tally.rows += len(ids)
     tally.requests += sent
     tally.prompt_tokens += prompt
     tally.cached_tokens += cached
     tally.output_tokens += output
+    if fresh:
+        values = batch.outcome_list()
+        kinds = batch.outcomes[Outcome._fields.index("error_kind")]
+        if len(fresh) < len(ids):
+            values = [values[k] for k in fresh]
+            ids = [ids[k] for k in fresh]
+            kinds = tuple(kinds[k] for k in fresh)
+        for pos, outcome in zip(ids, values, strict=True):
+            outcomes[pos] = outcome
+        totals.done += len(ids)
+        totals.errors += len(kinds) - kinds.count(None)
+        tally.rows += len(ids)
     tally.last = time.monotonic() - start
     return fresh
