@@ -30,7 +30,7 @@ from semframe.core.capacity import Capacity
 from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.parse import OutputSpec
-from semframe.core.table import MISSING, Coded, Table, render_value
+from semframe.core.table import MISSING, Coded, Codes, Table, render_value
 from semframe.core.template import Template
 from semframe.core.wire import Request
 from semframe.errors import InputError, plural
@@ -627,7 +627,7 @@ class _Column:
 
     label: str
     values: tuple[str, ...]  # the distinct values, first seen first
-    codes: np.ndarray[Any, np.dtype[np.int64]]  # per table row, into ``values`` and ``segments``
+    codes: Codes  # per table row, into ``values`` and ``segments``
     segments: list[str]  # ``"{name}: {value}\n"`` per distinct value, first seen first
     lengths: np.ndarray[Any, np.dtype[np.int64]]  # per distinct value, of its segment
     missing: int  # the code of a missing value, -1 when none is

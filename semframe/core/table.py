@@ -39,7 +39,10 @@ import numpy as np
 
 from semframe.errors import InputError
 
-Coded = tuple[tuple[str, ...], np.ndarray[Any, np.dtype[np.int64]]]
+Codes = np.ndarray[Any, np.dtype[np.signedinteger[Any]]]
+"""Codes into a column's distinct values, in the narrowest integer type that holds them."""
+
+Coded = tuple[tuple[str, ...], Codes]
 """A column factorized: its distinct values, first seen first, and each row's code into them."""
 
 MISSING = "<missing>"
@@ -182,18 +185,36 @@ def render_column(values: Sequence[object]) -> tuple[str, ...]:
     return tuple([v if type(v) is str and v.isprintable() else render_value(v) for v in values])
 
 
-def factorize(cells: Sequence[str]) -> tuple[list[str], np.ndarray[Any, np.dtype[np.int64]]]:
+def factorize(cells: Sequence[str]) -> tuple[list[str], Codes]:
     """The distinct values of ``cells``, first seen first, and each cell's code into them.
+
+    The codes take the narrowest integer type that holds them (a byte a row
+    for up to 127 distinct values).
 
     Examples
     --------
     >>> values, codes = factorize(["b", "a", "b"])
-    >>> values, codes.tolist()
-    (['b', 'a'], [0, 1, 0])
+    >>> values, codes.tolist(), codes.dtype.name
+    (['b', 'a'], [0, 1, 0], 'int8')
     """
     distinct = dict.fromkeys(cells)
     index = dict(zip(distinct, range(len(distinct)), strict=True))
-    return list(distinct), np.fromiter(map(index.__getitem__, cells), np.int64, len(cells))
+    dtype = code_dtype(len(distinct))
+    return list(distinct), np.fromiter(map(index.__getitem__, cells), dtype, len(cells))
+
+
+def code_dtype(distinct: int) -> np.dtype[np.signedinteger[Any]]:
+    """The narrowest signed integer type holding the codes ``0 .. distinct - 1`` (and -1).
+
+    Examples
+    --------
+    >>> [code_dtype(k).name for k in (1, 128, 40_000, 2**31)]
+    ['int8', 'int16', 'int32', 'int64']
+    """
+    for dtype in (np.int8, np.int16, np.int32):
+        if distinct <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
 
 
 @dataclass(frozen=True, slots=True)

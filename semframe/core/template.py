@@ -9,15 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from semframe.core.table import MISSING, factorize
+from semframe.core.table import MISSING, Codes, factorize
 from semframe.errors import ColumnError, TemplateError, did_you_mean
-
-Codes = np.ndarray[Any, np.dtype[np.int64]]
-"""A code per row, into a list of distinct values."""
 
 INLINE_CHARS = 80
 """Values up to this length stand inline where a restated question names them."""
