@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from semframe.core.ordering import Ordering
-from semframe.core.table import Coded, Table, as_table
+from semframe.core.table import Coded, Codes, Table, as_table
 from semframe.errors import ColumnError, InputError, format_choices
 
 Tokenizer = Callable[[str], int]
@@ -36,7 +36,7 @@ class Encoded:
         Column names, in table order.
     n_rows : int
         Number of rows.
-    codes : ndarray of int64, shape (n_columns, n_rows)
+    codes : ndarray of int32 (int64 from 2**31 rows), shape (n_columns, n_rows)
         ``codes[j, r]`` is the rank of row ``r``'s value among the sorted
         distinct values of column ``j``.
     values : tuple of tuple of str
@@ -58,7 +58,7 @@ class Encoded:
 
     columns: tuple[str, ...]
     n_rows: int
-    codes: IntArray
+    codes: Codes
     values: tuple[tuple[str, ...], ...]
     lengths: tuple[IntArray, ...]
     labels: tuple[int, ...] = ()
@@ -120,7 +120,7 @@ def encode(table: Table, tokenizer: Tokenizer | None = None) -> Encoded:
     """
     n = table.n_rows
     columns = tuple(table.columns)
-    codes = np.zeros((len(columns), n), dtype=np.int64)
+    codes = np.zeros((len(columns), n), dtype=np.int32 if n < 2**31 else np.int64)
     values: list[tuple[str, ...]] = []
     lengths: list[IntArray] = []
     for j, col in enumerate(columns):

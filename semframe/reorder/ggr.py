@@ -72,6 +72,7 @@ from typing import Any
 import numpy as np
 
 from semframe.core.ordering import Ordering
+from semframe.core.table import Codes
 from semframe.errors import ConfigError
 from semframe.reorder._encode import Encoded, FloatArray, IntArray, Tokenizer, encode, to_table
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
@@ -159,6 +160,31 @@ def _layout(enc: Encoded, high_cardinality: float | None) -> _Layout:
     return _Layout(rank, tuple(j for j in rank if j not in tail), tail)
 
 
+_CHUNK = 1 << 20
+"""Cells handled at a time where a whole array of them is not needed at once."""
+
+
+def _run_starts(values: Codes, size: int) -> IntArray:
+    """Where ``values // size`` changes in the sorted ``values`` (0 included), a chunk at a time.
+
+    Examples
+    --------
+    >>> _run_starts(np.array([3, 4, 9, 10, 11, 30]), 10).tolist()
+    [0, 3, 5]
+    """
+    n = values.size
+    parts = [np.zeros(1 if n else 0, dtype=np.int64)]
+    for lo in range(0, n - 1, _CHUNK):
+        hi = min(lo + _CHUNK, n - 1)
+        code = values[lo : hi + 1] // size
+        parts.append(np.flatnonzero(code[1:] != code[:-1]) + (lo + 1))
+    return np.concatenate(parts)
+
+
+_BLOCK_BY_COLUMN = 1 << 16
+"""Sub-tables of at least this many rows are gathered a column at a time (see ``block``)."""
+
+
 class _Solver:
     """One GGR run over an encoded table (holds the per-run precomputations)."""
 
@@ -220,8 +246,15 @@ class _Solver:
         second copy of them.
         """
         at = np.asarray(cols, dtype=np.int64)
-        out: IntArray = self.enc.codes[at[:, None], rows[None, :]]
-        out += self.offsets[at][:, None]
+        if rows.size < _BLOCK_BY_COLUMN:
+            codes = self.enc.codes[at[:, None], rows[None, :]]
+            out: IntArray = np.add(codes, self.offsets[at][:, None], dtype=np.int64)
+            return out
+        # A large sub-table a column at a time: no second copy of it in the table's code width.
+        out = np.empty((len(cols), rows.size), dtype=np.int64)
+        for k, c in enumerate(cols):
+            out[k] = self.enc.codes[c, rows]
+            out[k] += self.offsets[c]
         return out
 
     # -- scoring ---------------------------------------------------------------
@@ -242,7 +275,7 @@ class _Solver:
             self._extra[key] = got
         return got
 
-    def _weights(self, cols: tuple[int, ...], codes: IntArray) -> FloatArray:
+    def _weights(self, cols: tuple[int, ...], codes: Codes) -> FloatArray:
         """HITCOUNT weight (before ``* (count - 1)``) of sorted global ``codes``."""
         w = self.sq[codes].copy()
         if not self.deps:
@@ -304,18 +337,41 @@ class _Solver:
         rows = node.rows if rows is None else rows
         return _Emit(lexsort_rows(self.enc, rows, cols), node.prefix + cols)
 
-    def run(self) -> list[_Emit]:
-        enc = self.enc
-        root = _Node(np.arange(enc.n_rows, dtype=np.int64), self.rec, self.tail, (), 0)
+    def run(self) -> _Gathered:
+        """Solve: every row in execution order, each with its field order.
+
+        Emitted blocks are copied into one array as they come (a solve emits
+        many small blocks; kept as objects they would cost about 100 bytes a
+        row), and field orders are kept once per run of rows that share one.
+        """
+        n = self.enc.n_rows
+        root = _Node(np.arange(n, dtype=np.int64), self.rec, self.tail, (), 0)
         stack: list[_Node | _Emit] = [root]
-        out: list[_Emit] = []
+        rows = np.empty(n, dtype=np.int64)
+        at = 0
+        ids: dict[tuple[int, ...], int] = {}
+        runs: list[int] = []  # field-order id, then rows, per run of one field order
         while stack:
             item = stack.pop()
             if isinstance(item, _Emit):
-                out.append(item)
+                size = item.rows.size
+                if not size:
+                    continue
+                rows[at : at + size] = item.rows
+                at += size
+                order = ids.setdefault(item.fields, len(ids))
+                if runs and runs[-2] == order:
+                    runs[-1] += size
+                else:
+                    runs += (order, size)
             else:
                 stack.extend(reversed(self._expand(item)))
-        return out
+        if at != n:  # pragma: no cover - every row is emitted exactly once
+            msg = f"internal error: GGR emitted {at} of {n} rows"
+            raise RuntimeError(msg)
+        code = np.int32 if len(ids) < 2**31 else np.int64
+        order_of = np.repeat(np.asarray(runs[0::2], dtype=code), runs[1::2])
+        return _Gathered(rows, order_of, tuple(ids))
 
     def _expand(self, node: _Node) -> list[_Node | _Emit]:
         """Process one sub-table: what to run or emit next, in execution order."""
@@ -330,6 +386,12 @@ class _Solver:
             return [self._pair(node)]
         if n_rows * len(cols) <= max(self.lookahead_cells, _PYTHON_CELLS):
             return self._small(node)
+        return self._chain(node)
+
+    def _chain(self, node: _Node) -> list[_Node | _Emit]:
+        """The A-chain of ``node``: split off groups greedily, best HITCOUNT first."""
+        rows, cols = node.rows, node.cols
+        n_rows = rows.size
         block = self.block(cols, rows)
         constant = (block == block[:, :1]).all(axis=1)
         if constant.any():
@@ -342,33 +404,38 @@ class _Solver:
             block = block[keep]
         if len(cols) == 1 or (self.max_depth is not None and node.depth >= self.max_depth):
             return [self._fallback(node)]
-        return self._chain(node, block)
-
-    def _chain(self, node: _Node, block: IntArray) -> list[_Node | _Emit]:
-        """The A-chain of ``node``: split off groups greedily, best HITCOUNT first."""
-        rows, cols = node.rows, node.cols
-        n_rows = rows.size
-        flat = block.ravel()
-        size = flat.size
+        size = block.size
         # Sort cells by (code, position) through one unique int64 key: an
         # unstable sort of unique keys is stable, and much faster than argsort.
-        # Arrays of one entry per cell are the solver's peak memory: each is
-        # released as soon as it has served (``ordered`` before ``slot``).
+        # Arrays of one entry per cell are the solver's peak memory: the key is
+        # built in ``block``'s own memory, the groups' starts are found a chunk
+        # at a time, the cells' order takes 4 bytes where it fits, and each
+        # array is released as soon as it has served.
+        cell = np.int32 if size < 2**31 else np.int64
         if int(self.sq.size) * size < 2**62:
-            order = flat * size
-            order += np.arange(size, dtype=np.int64)
-            order.sort()
-            ordered = order // size
-            order %= size  # in place: the key becomes the cells' order
+            key = block.reshape(-1)  # a view where it can be: ``block`` is this call's own
+            del block
+            key *= size
+            grid = key.reshape(len(cols), n_rows)  # position of cell [j, i]: j * n_rows + i
+            grid += np.arange(n_rows, dtype=np.int64)
+            grid += (np.arange(len(cols), dtype=np.int64) * n_rows)[:, None]
+            del grid
+            key.sort()
+            starts = _run_starts(key, size)
+            codes: Codes = key[starts] // size
+            order: Codes = np.empty(size, dtype=cell)
+            np.remainder(key, size, out=order, casting="unsafe")
+            del key
         else:  # the combined key could overflow int64
+            flat = block.reshape(-1)
+            del block
             order = np.argsort(flat, kind="stable")
             ordered = flat[order]
-        change = ordered[1:] != ordered[:-1]
-        starts = np.flatnonzero(np.concatenate(([True], change)))
-        del change
+            del flat
+            starts = _run_starts(ordered, 1)
+            codes = ordered[starts]
+            del ordered
         counts = np.diff(np.append(starts, size))
-        codes = ordered[starts]
-        del ordered
         cand = np.flatnonzero(counts >= 2)
         if cand.size == 0:
             return [self._fallback(node)]
@@ -389,7 +456,16 @@ class _Solver:
         slot: np.ndarray[tuple[int], np.dtype[np.signedinteger[Any]]] = np.empty(
             size, dtype=slot_type
         )
-        slot[order] = np.repeat(np.arange(codes.size, dtype=slot_type), counts)
+        # A group's number into each of its cells, a chunk of groups at a time.
+        lo_group = 0
+        while lo_group < codes.size:
+            hi_group = int(np.searchsorted(starts, starts[lo_group] + _CHUNK, side="right"))
+            hi_group = max(hi_group, lo_group + 1)
+            lo, hi = int(starts[lo_group]), int(starts[hi_group]) if hi_group < codes.size else size
+            slot[order[lo:hi]] = np.repeat(
+                np.arange(lo_group, hi_group, dtype=slot_type), counts[lo_group:hi_group]
+            )
+            lo_group = hi_group
         slots = slot.reshape(len(cols), n_rows)
         current = counts.copy()
         alive = np.ones(n_rows, dtype=bool)
@@ -764,24 +840,38 @@ def assemble_depth_first(
     runs back to back (:func:`semframe.reorder.trie.depth_first`): the
     previous-prompt hit rate then equals the unbounded one.
     """
-    return _DepthFirst(enc, blocks).ordering()
+    return _DepthFirst(enc, _Gathered.of(blocks)).ordering()
+
+
+@dataclass(frozen=True, slots=True)
+class _Gathered:
+    """Blocks of rows as arrays: every row, and each row's field order (into ``orders``)."""
+
+    rows: IntArray
+    order_of: np.ndarray[Any, np.dtype[np.signedinteger[Any]]]
+    orders: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, blocks: Iterable[tuple[IntArray, tuple[int, ...]]]) -> _Gathered:
+        kept = [(rows, order) for rows, order in blocks if rows.size]
+        order_ids: dict[tuple[int, ...], int] = {}
+        block_order = np.fromiter(
+            (order_ids.setdefault(order, len(order_ids)) for _, order in kept),
+            dtype=np.int32 if len(kept) < 2**31 else np.int64,
+            count=len(kept),
+        )
+        sizes = np.fromiter((rows.size for rows, _ in kept), dtype=np.int64, count=len(kept))
+        rows_all = np.concatenate([rows for rows, _ in kept]) if kept else np.zeros(0, np.int64)
+        return cls(rows_all, np.repeat(block_order, sizes), tuple(order_ids))
 
 
 class _DepthFirst:
     """Blocks of rows put in depth-first order, with their prompts' segment codes."""
 
-    def __init__(self, enc: Encoded, blocks: Sequence[tuple[IntArray, tuple[int, ...]]]) -> None:
+    def __init__(self, enc: Encoded, gathered: _Gathered) -> None:
         self.enc = enc
-        blocks = [(rows, order) for rows, order in blocks if rows.size]
-        order_ids: dict[tuple[int, ...], int] = {}
-        block_order = np.fromiter(
-            (order_ids.setdefault(order, len(order_ids)) for _, order in blocks),
-            dtype=np.int32 if len(blocks) < 2**31 else np.int64,
-            count=len(blocks),
-        )
-        sizes = np.fromiter((rows.size for rows, _ in blocks), dtype=np.int64, count=len(blocks))
-        row_order = np.repeat(block_order, sizes)
-        rows_all = np.concatenate([rows for rows, _ in blocks]) if blocks else np.zeros(0, np.int64)
+        rows_all, row_order = gathered.rows, gathered.order_of
+        order_ids = gathered.orders
         m = enc.n_columns
         small = np.int8 if m < 128 else np.int64  # column numbers: a byte where they fit
         orders = np.array(list(order_ids), dtype=small).reshape(len(order_ids), m)
@@ -789,14 +879,19 @@ class _DepthFirst:
         if m:
             self.offsets[1:] = np.cumsum(enc.cardinalities[:-1])
         columns = orders[row_order]
-        segments = enc.codes[columns, rows_all[:, None]]
-        for k in range(m):  # a column of offsets at a time, not an n x m array of them
-            segments[:, k] += self.offsets[columns[:, k]]
+        # Global codes in 4 bytes where they fit, built a column at a time (not
+        # an n x m array of 8-byte codes and another of offsets).
+        wide = sum(enc.cardinalities) >= 2**31
+        segments = np.empty((rows_all.size, m), dtype=np.int64 if wide else np.int32)
+        for k in range(m):
+            at = columns[:, k]
+            segments[:, k] = enc.codes[at, rows_all] + self.offsets[at]
         del columns  # freed before the sort's own arrays
-        if sum(enc.cardinalities) < 2**31:  # global codes in 4 bytes
-            segments = segments.astype(np.int32)
         perm = depth_first(segments)
-        self.segments = segments[perm]
+        for k in range(m):  # permuted in place, a column at a time (no second n x m array)
+            segments[:, k] = segments[perm, k]
+        self.segments: IntArray | None = segments
+        self._served: int | None = None
         self.rows = rows_all[perm]
         self.order_of = row_order[perm]
         self.names = [tuple(enc.columns[j] for j in order) for order in order_ids]
@@ -816,7 +911,21 @@ class _DepthFirst:
 
     def served(self) -> int:
         """Segment units (characters or tokens) a previous-prompt cache serves."""
-        return served_units(self.segments, _encoded_units(self.enc))
+        if self._served is None:
+            self._served = served_units(self.codes(), _encoded_units(self.enc))
+        return self._served
+
+    def codes(self) -> IntArray:
+        """Each prompt's global segment codes, in execution order (n x m)."""
+        if self.segments is None:  # pragma: no cover - only released once scored
+            msg = "internal error: the segment codes were released"
+            raise RuntimeError(msg)
+        return self.segments
+
+    def score_and_release(self) -> None:
+        """Count :meth:`served` now and release the segment codes (an n x m array)."""
+        self.served()
+        self.segments = None
 
 
 def _encoded_units(enc: Encoded) -> IntArray:
@@ -882,7 +991,11 @@ def ggr_encoded(
             lookahead_cells=lookahead_cells,
             weigh=w,
         )
-        results.append(_DepthFirst(enc, [(e.rows, e.fields) for e in solver.run()]))
+        result = _DepthFirst(enc, solver.run())
+        if weigh == "best" and objective is None and not results:
+            # Scored now, the first solve's codes are not held through the second solve.
+            result.score_and_release()
+        results.append(result)
     if len(results) == 1 or results[0].same_as(results[1]):
         return results[0].ordering()  # nothing to choose (and no tokens to count)
     # The objective decides between the two scores: the prompt units served.
@@ -894,7 +1007,7 @@ def ggr_encoded(
         def served(r: _DepthFirst) -> tuple[int, int]:
             # Served tokens at the cache's granularity; where they tie (a table
             # whose prompts all fall short of the minimum), segment units decide.
-            at = served_tokens(r.segments, units, objective.granularity, head=objective.head)
+            at = served_tokens(r.codes(), units, objective.granularity, head=objective.head)
             return at, r.served()
 
         best = max(range(2), key=lambda i: served(results[i]))

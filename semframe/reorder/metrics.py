@@ -26,13 +26,15 @@ All of them work on integer codes with numpy, with no Python loop over cells.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from semframe.core.ordering import Ordering
 from semframe.errors import ConfigError, InputError, format_choices
 from semframe.reorder._encode import Encoded, IntArray, Tokenizer, encode, table_for, to_table
+
+BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 
 Cache = Literal["previous", "unbounded"]
 CACHES: tuple[str, ...] = ("previous", "unbounded")
@@ -200,18 +202,18 @@ def _squared(enc: Encoded) -> IntArray:
     return lengths * lengths
 
 
-def _prev_hits(s: IntArray) -> IntArray:
-    """Boolean mask (as int): cell (p, j) equals the previous prompt's cell, for all j' <= j."""
+def _prev_hits(s: IntArray) -> BoolArray:
+    """Boolean mask: cell (p, j) equals the previous prompt's cell, for all j' <= j."""
     hits = np.zeros(s.shape, dtype=bool)
     if s.shape[0] > 1 and s.shape[1] > 0:
         hits[1:] = np.logical_and.accumulate(s[1:] == s[:-1], axis=1)
-    return hits.astype(np.int64)
+    return hits
 
 
-def _unbounded_hits(s: IntArray, n_codes: int) -> IntArray:
-    """Cell (p, j) hits when prompt p's first j+1 cells equal an earlier prompt's."""
+def _unbounded_hits(s: IntArray, n_codes: int) -> BoolArray:
+    """Boolean mask: cell (p, j) hits when prompt p's first j+1 cells equal an earlier prompt's."""
     n, m = s.shape
-    hits = np.zeros((n, m), dtype=np.int64)
+    hits = np.zeros((n, m), dtype=bool)
     if n < 2 or m == 0:
         return hits
     position = np.arange(n)
@@ -225,9 +227,9 @@ def _unbounded_hits(s: IntArray, n_codes: int) -> IntArray:
     return hits
 
 
-def _score_counts(s: IntArray, hits: IntArray, n_codes: int) -> IntArray:
+def _score_counts(s: IntArray, hits: BoolArray, n_codes: int) -> IntArray:
     """How often each global code is a hit."""
-    return np.bincount(s[hits.astype(bool)], minlength=n_codes).astype(np.int64)
+    return np.bincount(s[hits], minlength=n_codes).astype(np.int64)
 
 
 def served_units(segments: IntArray, units: IntArray) -> int:
@@ -264,15 +266,16 @@ def shared_prefixes(
     [0, 15, 10]
     """
     _check_cache(cache)
-    segments = np.asarray(segments, dtype=np.int64)
+    segments = np.asarray(segments)
     n = segments.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     n_codes = int(units.size)
     hits = _prev_hits(segments) if cache == "previous" else _unbounded_hits(segments, n_codes)
     shared: IntArray = np.zeros(n, dtype=np.int64)
-    if segments.size:
-        shared += (np.asarray(units, dtype=np.int64)[segments] * hits).sum(axis=1)
+    units = np.asarray(units, dtype=np.int64)
+    for j in range(segments.shape[1]):  # a column at a time: no n x m array of units
+        shared += units[segments[:, j]] * hits[:, j]
     shared += head
     shared[0] = 0
     return shared

@@ -68,7 +68,7 @@ def depth_first(segments: IntArray) -> IntArray:
         # prefix ids number the distinct prefixes of length j + 1; the key of a
         # prompt at depth j is where its prefix first appears.
         _, first, ids = np.unique(prefix * base + column, return_index=True, return_inverse=True)
-        prefix = ids.reshape(n).astype(np.int64)
+        prefix = ids.reshape(n).astype(np.int64, copy=False)
         keys.append(first[prefix].astype(np.int32 if n < 2**31 else np.int64))
         if first.size == n:  # every prompt is alone in its subtree from here on
             break
