@@ -181,6 +181,9 @@ def _run_starts(values: Codes, size: int) -> IntArray:
     return np.concatenate(parts)
 
 
+_CANDIDATES = 1 << 14
+"""Candidate groups of a split turned into Python values at a time."""
+
 _BLOCK_BY_COLUMN = 1 << 16
 """Sub-tables of at least this many rows are gathered a column at a time (see ``block``)."""
 
@@ -445,11 +448,15 @@ class _Solver:
         # Candidates by (score desc, code asc): the scores are upper bounds once
         # rows are taken; entries found stale are re-scored into a heap.
         by_score = cand[np.lexsort((codes[cand], -scores))]
-        list_neg = (-(weight[by_score] * (counts[by_score] - 1))).tolist()
-        list_code = codes[by_score].tolist()
-        list_slot = by_score.tolist()
-        list_count = counts[by_score].tolist()
-        n_list = len(list_slot)
+        del cand, scores
+        n_list = by_score.size
+        # The candidates in that order as Python values (the loop reads them one
+        # at a time), converted a chunk at a time: the loop often stops early.
+        base = end = 0
+        list_neg: list[float] = []
+        list_code: list[int] = []
+        list_slot: list[int] = []
+        list_count: list[int] = []
         heap: list[tuple[float, int, int, int]] = []
         # each cell's group, in 4 bytes where the groups allow
         slot_type: type[np.signedinteger[Any]] = np.int32 if codes.size < 2**31 else np.int64
@@ -475,12 +482,20 @@ class _Solver:
         ptr = 0
         while True:
             while ptr < n_list:
-                s = list_slot[ptr]
+                if ptr >= end:
+                    base, end = ptr, min(ptr + _CANDIDATES, n_list)
+                    taken = by_score[base:end]
+                    list_neg = (-(weight[taken] * (counts[taken] - 1))).tolist()
+                    list_code = codes[taken].tolist()
+                    list_slot = taken.tolist()
+                    list_count = counts[taken].tolist()
+                i = ptr - base
+                s = list_slot[i]
                 now = int(current[s])
-                if now == list_count[ptr]:
+                if now == list_count[i]:
                     break
                 if now >= 2:
-                    heapq.heappush(heap, (-float(weight[s]) * (now - 1), list_code[ptr], s, now))
+                    heapq.heappush(heap, (-float(weight[s]) * (now - 1), list_code[i], s, now))
                 ptr += 1
             while heap:
                 neg, code, s, count = heap[0]
@@ -491,8 +506,14 @@ class _Solver:
                     heapq.heapreplace(heap, (-float(weight[s]) * (now - 1), code, s, now))
                 else:
                     heapq.heappop(heap)
-            if ptr < n_list and (not heap or (list_neg[ptr], list_code[ptr]) < heap[0][:2]):
-                neg, code, s = list_neg[ptr], list_code[ptr], list_slot[ptr]
+            if (
+                ptr < n_list
+                and (  # ``ptr`` is in the chunk: the loop above stopped there
+                    not heap or (list_neg[ptr - base], list_code[ptr - base]) < heap[0][:2]
+                )
+            ):
+                i = ptr - base
+                neg, code, s = list_neg[i], list_code[i], list_slot[i]
                 ptr += 1
             elif heap:
                 neg, code, s, _ = heapq.heappop(heap)

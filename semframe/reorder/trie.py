@@ -21,8 +21,6 @@ solver left apart; where nothing is apart it changes nothing.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from semframe.reorder._encode import IntArray
@@ -57,20 +55,26 @@ def depth_first(segments: IntArray) -> IntArray:
     n, m = segments.shape
     if n < 2 or m == 0:
         return np.arange(n, dtype=np.int64)
-    keys: list[np.ndarray[Any, Any]] = []  # positions, in 4 bytes where they fit
+    # A prompt's place is lexicographic in, at each depth, where its prefix of
+    # that length first appears. ``rank`` keeps that order over the depths so
+    # far as one dense number per prompt (not one array of positions per
+    # depth, sorted together at the end).
     prefix = np.zeros(n, dtype=np.int64)
+    rank = np.zeros(n, dtype=np.int64)
     for j in range(m):
         column = segments[:, j]
         base = int(column.max()) + 1
         if n * base >= 2**62:  # the combined key could overflow int64: renumber densely
             column = np.unique(column, return_inverse=True)[1].reshape(n).astype(np.int64)
             base = int(column.max()) + 1
-        # prefix ids number the distinct prefixes of length j + 1; the key of a
-        # prompt at depth j is where its prefix first appears.
+        # prefix ids number the distinct prefixes of length j + 1; ``first`` is
+        # where each first appears.
         _, first, ids = np.unique(prefix * base + column, return_index=True, return_inverse=True)
-        prefix = ids.reshape(n).astype(np.int64, copy=False)
-        keys.append(first[prefix].astype(np.int32 if n < 2**31 else np.int64))
+        prefix = ids.reshape(n)
+        place = rank * n  # rank and positions are below n: no overflow below 2**31 prompts
+        place += first[prefix]
+        rank = np.unique(place, return_inverse=True)[1].reshape(n)
+        del place
         if first.size == n:  # every prompt is alone in its subtree from here on
             break
-    # np.lexsort sorts by its last key first: depth 0 is the most significant.
-    return np.lexsort(keys[::-1]).astype(np.int64)
+    return np.argsort(rank, kind="stable").astype(np.int64, copy=False)
