@@ -18,7 +18,8 @@ low-cardinality fields and a ~230-character review, each against the columnar
 floor measured in the same run (pandas/pyarrow string operations rendering N
 prompts of the same four labeled fields into a column). Every measurement runs
 in a fresh subprocess, so that its peak memory (``VmHWM`` above the process's
-resident size after building the frame) is its own; times are medians over
+resident size after building the frame, the heap's free memory given back
+first: ``benchmarks/memory.py``) is its own; times are medians over
 ``--repeat`` (the floor: at least 3). The machine's load average is recorded
 with the results. Writes ``benchmarks/results/overhead_calls.json``.
 
@@ -43,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import memory  # benchmarks/memory.py
 import numpy as np
 import pandas as pd
 
@@ -157,28 +159,13 @@ def floor_render(df: pd.DataFrame) -> pd.Series:
     )
 
 
-def _status_bytes(field: str) -> int:
-    """``VmRSS`` or ``VmHWM`` (the peak since :func:`_reset_peak`) of this process, in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _reset_peak() -> None:
-    """Start ``VmHWM`` again from the current resident size (Linux)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
 def child(name: str, rows: int, repeat: int, cache_root: str) -> dict[str, Any]:
     """One measurement in this process: times of ``repeat`` calls and the peak memory."""
     df = make_reviews_frame(rows)
     columns_bytes = int(df.memory_usage(deep=True, index=False).sum())
-    frame_peak = _status_bytes("VmHWM")
-    _reset_peak()
-    base_rss = _status_bytes("VmRSS")
+    frame_peak = memory.status_bytes("VmHWM")
+    memory.start()  # what building the frame freed is not counted as resident before the call
+    base_rss = memory.status_bytes("VmRSS")
     fake = cast("FakeBackend", semframe.backends.get_backend("fake", model=None, settings={}))
     times: list[float] = []
     answers_bytes = 0
@@ -201,7 +188,7 @@ def child(name: str, rows: int, repeat: int, cache_root: str) -> dict[str, Any]:
         if name.startswith("map"):
             answers_bytes = int(out["llm_output"].memory_usage(deep=True, index=False))
         del out
-    peak = _status_bytes("VmHWM")
+    peak = memory.status_bytes("VmHWM")
     result: dict[str, Any] = {
         "call": name,
         "rows": rows,

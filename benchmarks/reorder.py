@@ -60,9 +60,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import ctypes
 import functools
-import gc
 import json
 import math
 import os
@@ -79,6 +77,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import memory  # benchmarks/memory.py
 import numpy as np
 
 from semframe.core.ordering import Ordering
@@ -425,39 +424,6 @@ def scaling(
     return out
 
 
-def _trim_heap() -> None:
-    """Give the C heap's free memory back to the system (glibc; elsewhere nothing).
-
-    What building the table freed would otherwise stay resident, and the
-    solve would reuse it without raising the resident size: its peak would
-    read low.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.malloc_trim(0)
-
-
-def _reset_peak() -> bool:
-    """Start the kernel's peak resident size (``VmHWM``) again from now; whether it could."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
-def _peak_mb() -> float:
-    """This process's peak resident memory since :func:`_reset_peak`, MB (``VmHWM``)."""
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1e3
-    return math.nan
-
-
 def _rss_mb() -> float:
     """This process's resident memory now, MB (Linux ``/proc``)."""
     with open("/proc/self/statm", encoding="ascii") as f:
@@ -492,17 +458,15 @@ def scaling_child(n: int, args: argparse.Namespace, fds: list[tuple[int, int]]) 
         n, args.columns, cards, args.value_lengths, skew=args.skew, fds=fds, seed=args.seed
     )
     size = table_mb(table)
-    gc.collect()
-    _trim_heap()
+    reset = memory.start()  # the peak from here on is the solve's (Linux)
     with_table = _rss_mb()
-    reset = _reset_peak()  # the peak from here on is the solve's (Linux)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
     t0, c0 = time.perf_counter(), time.process_time()
     o = ggr(table)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3  # kB -> MB
     if reset:
-        solve_peak = _peak_mb() - with_table
+        solve_peak = memory.peak_mb_since_start(int(with_table * 1e6))
     else:  # ru_maxrss is the process's peak so far: it counts the solve where the solve set it
         solve_peak = peak - with_table if peak > before else math.nan
     return {
