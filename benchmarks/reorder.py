@@ -446,10 +446,9 @@ def scaling_child(n: int, args: argparse.Namespace, fds: list[tuple[int, int]]) 
     ``table_mb`` is the rendered table's own memory (the template's columns:
     :func:`table_mb`); ``solve_peak_mb_above_table`` is the process's peak
     resident memory during the solve above what it held just before it (the
-    C heap's free memory given back first, so that the solve's pages count),
-    and
-    ``peak_over_table`` that as a multiple of ``table_mb`` (the target: at
-    most 2).
+    C heap's free memory given back first, so that the solve's pages count:
+    ``benchmarks/memory.py``), and ``peak_over_table`` that as a multiple of
+    ``table_mb`` (the target: at most 2).
     """
     cards = args.cardinalities
     if args.scaling_shape == "proportional":
