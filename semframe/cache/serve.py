@@ -21,6 +21,7 @@ class Served(NamedTuple):
     stale: list[str]
 
 
+@without_gc()  # a row and an outcome per key: nothing here forms a cycle
 def serve_stored(
     cache: ResultCache,
     keys: Sequence[str | None],
@@ -40,16 +41,6 @@ def serve_stored(
     sqlite3.Error
         When the cache cannot be read.
     """
-    with without_gc():  # a row and an outcome per key: nothing here forms a cycle
-        return _serve(cache, keys, parse, outcomes)
-
-
-def _serve(
-    cache: ResultCache,
-    keys: Sequence[str | None],
-    parse: Callable[[str], Any],
-    outcomes: list[Outcome | None],
-) -> Served:
     found = cache.rows([k for k in dict.fromkeys(keys) if k is not None])
     served = 0
     stale: list[str] = []
