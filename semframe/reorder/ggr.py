@@ -341,40 +341,18 @@ class _Solver:
         return _Emit(lexsort_rows(self.enc, rows, cols), node.prefix + cols)
 
     def run(self) -> _Gathered:
-        """Solve: every row in execution order, each with its field order.
-
-        Emitted blocks are copied into one array as they come (a solve emits
-        many small blocks; kept as objects they would cost about 100 bytes a
-        row), and field orders are kept once per run of rows that share one.
-        """
+        """Solve: every row in execution order, each with its field order (:class:`_Gatherer`)."""
         n = self.enc.n_rows
         root = _Node(np.arange(n, dtype=np.int64), self.rec, self.tail, (), 0)
         stack: list[_Node | _Emit] = [root]
-        rows = np.empty(n, dtype=np.int64)
-        at = 0
-        ids: dict[tuple[int, ...], int] = {}
-        runs: list[int] = []  # field-order id, then rows, per run of one field order
+        out = _Gatherer(n)
         while stack:
             item = stack.pop()
             if isinstance(item, _Emit):
-                size = item.rows.size
-                if not size:
-                    continue
-                rows[at : at + size] = item.rows
-                at += size
-                order = ids.setdefault(item.fields, len(ids))
-                if runs and runs[-2] == order:
-                    runs[-1] += size
-                else:
-                    runs += (order, size)
+                out.add(item.rows, item.fields)
             else:
                 stack.extend(reversed(self._expand(item)))
-        if at != n:  # pragma: no cover - every row is emitted exactly once
-            msg = f"internal error: GGR emitted {at} of {n} rows"
-            raise RuntimeError(msg)
-        code = np.int32 if len(ids) < 2**31 else np.int64
-        order_of = np.repeat(np.asarray(runs[0::2], dtype=code), runs[1::2])
-        return _Gathered(rows, order_of, tuple(ids))
+        return out.gathered()
 
     def _expand(self, node: _Node) -> list[_Node | _Emit]:
         """Process one sub-table: what to run or emit next, in execution order."""
@@ -869,21 +847,50 @@ class _Gathered:
     """Blocks of rows as arrays: every row, and each row's field order (into ``orders``)."""
 
     rows: IntArray
-    order_of: np.ndarray[Any, np.dtype[np.signedinteger[Any]]]
+    order_of: Codes
     orders: tuple[tuple[int, ...], ...]
 
     @classmethod
     def of(cls, blocks: Iterable[tuple[IntArray, tuple[int, ...]]]) -> _Gathered:
-        kept = [(rows, order) for rows, order in blocks if rows.size]
-        order_ids: dict[tuple[int, ...], int] = {}
-        block_order = np.fromiter(
-            (order_ids.setdefault(order, len(order_ids)) for _, order in kept),
-            dtype=np.int32 if len(kept) < 2**31 else np.int64,
-            count=len(kept),
-        )
-        sizes = np.fromiter((rows.size for rows, _ in kept), dtype=np.int64, count=len(kept))
-        rows_all = np.concatenate([rows for rows, _ in kept]) if kept else np.zeros(0, np.int64)
-        return cls(rows_all, np.repeat(block_order, sizes), tuple(order_ids))
+        blocks = list(blocks)
+        out = _Gatherer(sum(rows.size for rows, _ in blocks))
+        for rows, order in blocks:
+            out.add(rows, order)
+        return out.gathered()
+
+
+class _Gatherer:
+    """Blocks of rows copied into one array as they come; field orders kept once per run.
+
+    A solve emits many small blocks: kept as objects they would cost about
+    100 bytes a row.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.rows = np.empty(n, dtype=np.int64)
+        self.at = 0
+        self.ids: dict[tuple[int, ...], int] = {}
+        self.runs: list[int] = []  # field-order id, then rows, per run of one field order
+
+    def add(self, rows: IntArray, fields: tuple[int, ...]) -> None:
+        size = rows.size
+        if not size:
+            return
+        self.rows[self.at : self.at + size] = rows
+        self.at += size
+        order = self.ids.setdefault(fields, len(self.ids))
+        if self.runs and self.runs[-2] == order:
+            self.runs[-1] += size
+        else:
+            self.runs += (order, size)
+
+    def gathered(self) -> _Gathered:
+        if self.at != self.rows.size:  # pragma: no cover - every row is emitted exactly once
+            msg = f"internal error: GGR emitted {self.at} of {self.rows.size} rows"
+            raise RuntimeError(msg)
+        code = np.int32 if len(self.ids) < 2**31 else np.int64
+        order_of = np.repeat(np.asarray(self.runs[0::2], dtype=code), self.runs[1::2])
+        return _Gathered(self.rows, order_of, tuple(self.ids))
 
 
 class _DepthFirst:
