@@ -424,12 +424,6 @@ def scaling(
     return out
 
 
-def _rss_mb() -> float:
-    """This process's resident memory now, MB (Linux ``/proc``)."""
-    with open("/proc/self/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-
-
 def table_mb(table: Table) -> float:
     """The rendered table's own memory, MB: each column's tuple and its distinct strings."""
     total = 0
@@ -458,14 +452,15 @@ def scaling_child(n: int, args: argparse.Namespace, fds: list[tuple[int, int]]) 
     )
     size = table_mb(table)
     reset = memory.start()  # the peak from here on is the solve's (Linux)
-    with_table = _rss_mb()
+    resident = memory.status_bytes("VmRSS")
+    with_table = resident / 1e6
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
     t0, c0 = time.perf_counter(), time.process_time()
     o = ggr(table)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3  # kB -> MB
     if reset:
-        solve_peak = memory.peak_mb_since_start(int(with_table * 1e6))
+        solve_peak = memory.peak_mb_since_start(resident)
     else:  # ru_maxrss is the process's peak so far: it counts the solve where the solve set it
         solve_peak = peak - with_table if peak > before else math.nan
     return {
