@@ -67,7 +67,6 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -181,6 +180,22 @@ def _run_starts(values: Codes, size: int) -> IntArray:
     return np.concatenate(parts)
 
 
+def _by_cells(cols: IntArray, offsets: IntArray, rows: int) -> list[tuple[IntArray, IntArray]]:
+    """``cols`` and their ``offsets`` (columns of one) in parts of about ``_PICK_CELLS`` cells.
+
+    Examples
+    --------
+    >>> c, o = np.array([[4], [5], [6]]), np.array([[0], [9], [20]])
+    >>> len(_by_cells(c, o, 10)), len(_by_cells(c, o, _PICK_CELLS))
+    (1, 3)
+    """
+    step = max(1, _PICK_CELLS // max(rows, 1))
+    return [(cols[i : i + step], offsets[i : i + step]) for i in range(0, len(cols), step)]
+
+
+_PICK_CELLS = 1 << 16
+"""A picked group's cells looked up at a time (a large group a column at a time)."""
+
 _CANDIDATES = 1 << 14
 """Candidate groups of a split turned into Python values at a time."""
 
@@ -241,6 +256,7 @@ class _Solver:
         self._extra: dict[tuple[int, tuple[int, ...]], FloatArray] = {}
         self._extra_py: dict[tuple[int, tuple[int, ...]], list[float]] = {}
         self._sq_py: list[float] = []
+        self._scratch: Codes | None = None
 
     def block(self, cols: Sequence[int], rows: IntArray) -> IntArray:
         """Global codes of ``rows`` in ``cols`` (a row per column), unique across columns.
@@ -259,6 +275,59 @@ class _Solver:
             out[k] = self.enc.codes[c, rows]
             out[k] += self.offsets[c]
         return out
+
+    def _group_of(self) -> Codes:
+        """Scratch space of one entry per global code, for the split running now.
+
+        :meth:`_chain` is never re-entered (sub-tables wait on the stack), so
+        one array serves every split of the solve.
+        """
+        if self._scratch is None:
+            size = int(self.sq.size)
+            self._scratch = np.empty(size, dtype=np.int32 if size < 2**31 else np.int64)
+        return self._scratch
+
+    def _constant(self, col: int, rows: IntArray) -> bool:
+        """Whether ``col`` holds one value on ``rows``."""
+        values = self.enc.codes[col, rows]
+        return bool((values == values[0]).all())
+
+    def _groups(self, cols: Sequence[int], rows: IntArray) -> tuple[IntArray, Codes, Codes]:
+        """The sub-table's cells grouped by global code, a column at a time.
+
+        Returns the groups' starts into ``order``, their global codes
+        (ascending) and ``order``: each group's rows as local positions into
+        ``rows``, ascending within the group. Cells are sorted one column at
+        a time (columns by their codes' offsets, so the codes come out ascending), so
+        the solver's peak is one column's sort key beside ``order``, not a
+        key per cell.
+        """
+        n_rows = rows.size
+        cell = np.int32 if n_rows < 2**31 else np.int64
+        order: Codes = np.empty(len(cols) * n_rows, dtype=cell)
+        starts: list[IntArray] = []
+        codes: list[Codes] = []
+        for k, c in enumerate(sorted(cols, key=self.offsets.__getitem__)):
+            at = k * n_rows
+            key = self.enc.codes[c, rows].astype(np.int64)
+            if self.cards[c] * n_rows < 2**62:
+                # Sorted by (code, position) through one unique int64 key: an
+                # unstable sort of unique keys is stable, and much faster than argsort.
+                key *= n_rows
+                key += np.arange(n_rows, dtype=np.int64)
+                key.sort()
+                first = _run_starts(key, n_rows)
+                codes.append(key[first] // n_rows + self.offsets[c])
+                np.remainder(key, n_rows, out=order[at : at + n_rows], casting="unsafe")
+            else:  # the combined key could overflow int64
+                by_code = np.argsort(key, kind="stable")
+                key = key[by_code]
+                first = _run_starts(key, 1)
+                codes.append(key[first] + self.offsets[c])
+                order[at : at + n_rows] = by_code
+            del key
+            starts.append(first + at)
+        return np.concatenate(starts), np.concatenate(codes), order
 
     # -- scoring ---------------------------------------------------------------
 
@@ -373,49 +442,17 @@ class _Solver:
         """The A-chain of ``node``: split off groups greedily, best HITCOUNT first."""
         rows, cols = node.rows, node.cols
         n_rows = rows.size
-        block = self.block(cols, rows)
-        constant = (block == block[:, :1]).all(axis=1)
-        if constant.any():
-            keep = ~constant
-            fixed = tuple(c for c, k in zip(cols, constant.tolist(), strict=True) if k)
-            cols = tuple(c for c, k in zip(cols, keep.tolist(), strict=True) if k)
+        constant = [self._constant(c, rows) for c in cols]
+        if any(constant):
+            fixed = tuple(c for c, k in zip(cols, constant, strict=True) if k)
+            cols = tuple(c for c, k in zip(cols, constant, strict=True) if not k)
             node = _Node(rows, cols, node.tail, node.prefix + fixed, node.depth)
             if not cols:
                 return [node]
-            block = block[keep]
         if len(cols) == 1 or (self.max_depth is not None and node.depth >= self.max_depth):
             return [self._fallback(node)]
-        size = block.size
-        # Sort cells by (code, position) through one unique int64 key: an
-        # unstable sort of unique keys is stable, and much faster than argsort.
-        # Arrays of one entry per cell are the solver's peak memory: the key is
-        # built in ``block``'s own memory, the groups' starts are found a chunk
-        # at a time, the cells' order takes 4 bytes where it fits, and each
-        # array is released as soon as it has served.
-        cell = np.int32 if size < 2**31 else np.int64
-        if int(self.sq.size) * size < 2**62:
-            key = block.reshape(-1)  # a view where it can be: ``block`` is this call's own
-            del block
-            key *= size
-            grid = key.reshape(len(cols), n_rows)  # position of cell [j, i]: j * n_rows + i
-            grid += np.arange(n_rows, dtype=np.int64)
-            grid += (np.arange(len(cols), dtype=np.int64) * n_rows)[:, None]
-            del grid
-            key.sort()
-            starts = _run_starts(key, size)
-            codes: Codes = key[starts] // size
-            order: Codes = np.empty(size, dtype=cell)
-            np.remainder(key, size, out=order, casting="unsafe")
-            del key
-        else:  # the combined key could overflow int64
-            flat = block.reshape(-1)
-            del block
-            order = np.argsort(flat, kind="stable")
-            ordered = flat[order]
-            del flat
-            starts = _run_starts(ordered, 1)
-            codes = ordered[starts]
-            del ordered
+        starts, codes, order = self._groups(cols, rows)
+        size = order.size
         counts = np.diff(np.append(starts, size))
         cand = np.flatnonzero(counts >= 2)
         if cand.size == 0:
@@ -436,22 +473,12 @@ class _Solver:
         list_slot: list[int] = []
         list_count: list[int] = []
         heap: list[tuple[float, int, int, int]] = []
-        # each cell's group, in 4 bytes where the groups allow
-        slot_type: type[np.signedinteger[Any]] = np.int32 if codes.size < 2**31 else np.int64
-        slot: np.ndarray[tuple[int], np.dtype[np.signedinteger[Any]]] = np.empty(
-            size, dtype=slot_type
-        )
-        # A group's number into each of its cells, a chunk of groups at a time.
-        lo_group = 0
-        while lo_group < codes.size:
-            hi_group = int(np.searchsorted(starts, starts[lo_group] + _CHUNK, side="right"))
-            hi_group = max(hi_group, lo_group + 1)
-            lo, hi = int(starts[lo_group]), int(starts[hi_group]) if hi_group < codes.size else size
-            slot[order[lo:hi]] = np.repeat(
-                np.arange(lo_group, hi_group, dtype=slot_type), counts[lo_group:hi_group]
-            )
-            lo_group = hi_group
-        slots = slot.reshape(len(cols), n_rows)
+        # Each global code's group here (codes absent from this sub-table are never read).
+        group_of = self._group_of()
+        group_of[codes] = np.arange(codes.size, dtype=group_of.dtype)
+        table = self.enc.codes
+        at = np.asarray(cols, dtype=np.int64)[:, None]
+        offsets = self.offsets[at]
         current = counts.copy()
         alive = np.ones(n_rows, dtype=bool)
         remaining = n_rows
@@ -500,11 +527,16 @@ class _Solver:
             if -neg <= min_hitcount:
                 break
             lo, total = int(starts[s]), int(counts[s])
-            members = order[lo : lo + total] % n_rows
+            members = order[lo : lo + total]
             if int(current[s]) != total:
                 members = members[alive[members]]
             alive[members] = False
-            np.subtract.at(current, slots[:, members].ravel(), 1)
+            # Every group a member is in (one per column) loses it: a large
+            # group's cells looked up a column at a time.
+            taken_rows = rows[members]
+            for part, off in _by_cells(at, offsets, taken_rows.size):
+                cells = table[part, taken_rows[None, :]]
+                np.subtract.at(current, group_of[np.add(cells, off, dtype=np.int64)], 1)
             picks.append((int(self.col_of[code]), members))
             remaining -= members.size
             if remaining < 2 or (self.max_groups is not None and len(picks) >= self.max_groups):
@@ -914,6 +946,7 @@ class _DepthFirst:
         for k in range(m):
             at = columns[:, k]
             segments[:, k] = enc.codes[at, rows_all] + self.offsets[at]
+            del at  # a view: it would keep ``columns`` alive
         del columns  # freed before the sort's own arrays
         perm = depth_first(segments)
         for k in range(m):  # permuted in place, a column at a time (no second n x m array)
@@ -925,6 +958,8 @@ class _DepthFirst:
         self.names = [tuple(enc.columns[j] for j in order) for order in order_ids]
 
     def ordering(self) -> Ordering:
+        """The rows and field orders as an :class:`Ordering` (the segment codes released first)."""
+        self.segments = None  # the last use: the tuples built here are the order's own peak
         names = self.names
         return Ordering(tuple(self.rows.tolist()), tuple(names[i] for i in self.order_of.tolist()))
 
@@ -1019,15 +1054,17 @@ def ggr_encoded(
             lookahead_cells=lookahead_cells,
             weigh=w,
         )
-        result = _DepthFirst(enc, solver.run())
-        if weigh == "best" and objective is None and not results:
+        gathered = solver.run()
+        del solver  # its per-code caches go before the depth-first pass
+        results.append(_DepthFirst(enc, gathered))
+        del gathered  # the depth-first order holds the rows and field orders now
+        if weigh == "best" and objective is None and len(results) == 1:
             # Scored now, the first solve's codes are not held through the second solve.
-            result.score_and_release()
-        results.append(result)
+            results[0].score_and_release()
     if len(results) == 1 or results[0].same_as(results[1]):
-        return results[0].ordering()  # nothing to choose (and no tokens to count)
+        best = 0  # nothing to choose (and no tokens to count)
     # The objective decides between the two scores: the prompt units served.
-    if objective is None:
+    elif objective is None:
         best = max(range(2), key=lambda i: results[i].served())  # the first ("value") on a tie
     else:
         units = objective_units(enc, objective)

@@ -41,6 +41,9 @@ CACHES: tuple[str, ...] = ("previous", "unbounded")
 
 _INT64_SAFE = 2**62
 
+_CHUNK = 1 << 14
+"""Prompts scored at a time by :func:`served_units`."""
+
 
 @dataclass(frozen=True, slots=True)
 class Granularity:
@@ -244,7 +247,20 @@ def served_units(segments: IntArray, units: IntArray) -> int:
     >>> served_units(s, np.array([5, 5, 4, 4]))  # prompt 1 hits its first segment
     5
     """
-    return _weighted_sum(units, _score_counts(segments, _prev_hits(segments), units.size))
+    n, m = segments.shape
+    if n < 2 or m == 0 or units.size == 0:
+        return 0
+    # A chunk of prompts at a time: no n x m masks (the caller's n x m codes
+    # are the largest thing a reordering holds).
+    exact = int(units.max(initial=0)) * _CHUNK * m < _INT64_SAFE
+    total = 0
+    for lo in range(1, n, _CHUNK):
+        hi = min(lo + _CHUNK, n)
+        here = segments[lo:hi]
+        hits = np.logical_and.accumulate(here == segments[lo - 1 : hi - 1], axis=1)
+        served = units[here[hits]]
+        total += int(served.sum()) if exact else sum(served.tolist())
+    return total
 
 
 def shared_prefixes(

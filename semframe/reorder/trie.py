@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from semframe.core.table import Codes
 from semframe.reorder._encode import IntArray
 
+_CHUNK = 1 << 16
+"""Sorted keys compared at a time in :func:`_extend`."""
 
-def depth_first(segments: IntArray) -> IntArray:
+
+def depth_first(segments: Codes) -> IntArray:
     """Stable depth-first permutation of prompts given as rows of segment codes.
 
     Parameters
@@ -58,23 +62,67 @@ def depth_first(segments: IntArray) -> IntArray:
     # A prompt's place is lexicographic in, at each depth, where its prefix of
     # that length first appears. ``rank`` keeps that order over the depths so
     # far as one dense number per prompt (not one array of positions per
-    # depth, sorted together at the end).
-    prefix = np.zeros(n, dtype=np.int64)
-    rank = np.zeros(n, dtype=np.int64)
+    # depth, sorted together at the end); ``prefix`` numbers the distinct
+    # prefixes so far densely. Both take 4 bytes a prompt below 2**31 prompts.
+    small = np.int32 if n < 2**31 else np.int64
+    prefix: Codes = np.zeros(n, dtype=small)
+    rank: Codes = np.zeros(n, dtype=small)
+    distinct = 1
     for j in range(m):
-        column = segments[:, j]
-        base = int(column.max()) + 1
-        if n * base >= 2**62:  # the combined key could overflow int64: renumber densely
-            column = np.unique(column, return_inverse=True)[1].reshape(n).astype(np.int64)
-            base = int(column.max()) + 1
-        # prefix ids number the distinct prefixes of length j + 1; ``first`` is
-        # where each first appears.
-        _, first, ids = np.unique(prefix * base + column, return_index=True, return_inverse=True)
-        prefix = ids.reshape(n)
-        place = rank * n  # rank and positions are below n: no overflow below 2**31 prompts
-        place += first[prefix]
-        rank = np.unique(place, return_inverse=True)[1].reshape(n)
-        del place
-        if first.size == n:  # every prompt is alone in its subtree from here on
+        ids, first = _extend(prefix, distinct, segments[:, j])
+        if first.size == distinct:  # this depth splits no prefix: nothing moves
+            continue
+        prefix, distinct = ids, first.size
+        # The new prefixes ranked by (their parent's rank, where they first
+        # appear): positions are below n, so the pair fits one int64 below 2**31 prompts.
+        key = rank[first].astype(np.int64)
+        key *= n
+        key += first
+        by_key = np.argsort(key)  # the keys are unique: any sort is stable
+        del key
+        ranked = np.empty(distinct, dtype=small)
+        ranked[by_key] = np.arange(distinct, dtype=small)
+        del by_key
+        np.take(ranked, prefix, out=rank)
+        del ranked
+        if distinct == n:  # every prompt is alone in its subtree from here on
             break
     return np.argsort(rank, kind="stable").astype(np.int64, copy=False)
+
+
+def _extend(prefix: Codes, distinct: int, column: Codes) -> tuple[Codes, IntArray]:
+    """The prefixes ``prefix`` (dense ids below ``distinct``) extended by one more segment.
+
+    Returns each prompt's dense id of its longer prefix (numbered in sorted
+    order) and, per new id, the first prompt that has it.
+
+    Examples
+    --------
+    >>> ids, first = _extend(np.array([0, 0, 1, 0]), 2, np.array([5, 6, 5, 5]))
+    >>> ids.tolist(), first.tolist()
+    ([0, 1, 2, 0], [0, 1, 2])
+    """
+    n = prefix.size
+    base = int(column.max()) + 1
+    if distinct * base >= 2**62:  # the combined key could overflow int64: renumber densely
+        column = np.unique(column, return_inverse=True)[1].reshape(n)
+        base = int(column.max()) + 1
+    key = prefix.astype(np.int64)
+    key *= base
+    key += column
+    order = np.argsort(key, kind="stable")  # a group's first prompt leads it
+    new = np.empty(n, dtype=bool)  # where the sorted keys change
+    new[0] = True
+    for lo in range(1, n, _CHUNK):  # compared a chunk at a time: no sorted copy of the keys
+        hi = min(lo + _CHUNK, n)
+        sorted_key = key[order[lo - 1 : hi]]
+        np.not_equal(sorted_key[1:], sorted_key[:-1], out=new[lo:hi])
+    del key
+    first = order[new]
+    ids = np.empty(n, dtype=prefix.dtype)
+    np.cumsum(new, out=ids)
+    ids -= 1
+    del new
+    out = np.empty(n, dtype=prefix.dtype)
+    out[order] = ids
+    return out, first
