@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from semframe.core.ordering import Ordering
-from semframe.core.table import Coded, Codes, Table, as_table
+from semframe.core.table import Coded, Codes, Table, as_table, code_dtype
 from semframe.errors import ColumnError, InputError, format_choices
 
 Tokenizer = Callable[[str], int]
@@ -36,9 +36,10 @@ class Encoded:
         Column names, in table order.
     n_rows : int
         Number of rows.
-    codes : ndarray of int32 (int64 from 2**31 rows), shape (n_columns, n_rows)
-        ``codes[j, r]`` is the rank of row ``r``'s value among the sorted
-        distinct values of column ``j``.
+    codes : tuple of ndarray of int
+        ``codes[j][r]`` is the rank of row ``r``'s value among the sorted
+        distinct values of column ``j``; each column's codes take the
+        narrowest integer type that holds them (a byte up to 127 values).
     values : tuple of tuple of str
         The sorted distinct values of each column.
     lengths : tuple of ndarray of int64
@@ -58,7 +59,7 @@ class Encoded:
 
     columns: tuple[str, ...]
     n_rows: int
-    codes: Codes
+    codes: tuple[Codes, ...]
     values: tuple[tuple[str, ...], ...]
     lengths: tuple[IntArray, ...]
     labels: tuple[int, ...] = ()
@@ -87,7 +88,7 @@ class Encoded:
         return self.value_counts[j]
 
 
-def _sorted_codes(coded: Coded) -> tuple[tuple[str, ...], IntArray]:
+def _sorted_codes(coded: Coded) -> tuple[tuple[str, ...], Codes]:
     """A column's distinct values sorted, and each row's code into them.
 
     Built from the table's own factorization (first seen first): only the
@@ -95,8 +96,8 @@ def _sorted_codes(coded: Coded) -> tuple[tuple[str, ...], IntArray]:
     """
     values, codes = coded
     by_value = sorted(range(len(values)), key=values.__getitem__)
-    rank = np.empty(len(values), dtype=np.int64)
-    rank[by_value] = np.arange(len(values), dtype=np.int64)
+    rank = np.empty(len(values), dtype=code_dtype(len(values)))
+    rank[by_value] = np.arange(len(values), dtype=rank.dtype)
     return tuple(map(values.__getitem__, by_value)), rank[codes]
 
 
@@ -115,23 +116,24 @@ def encode(table: Table, tokenizer: Tokenizer | None = None) -> Encoded:
     Examples
     --------
     >>> e = encode(Table.from_columns({"a": ["y", "x", "y"], "b": ["1", "1", "22"]}))
-    >>> e.codes.tolist(), e.values, [x.tolist() for x in e.lengths]
+    >>> [c.tolist() for c in e.codes], e.values, [x.tolist() for x in e.lengths]
     ([[1, 0, 1], [0, 0, 1]], (('x', 'y'), ('1', '22')), [[1, 1], [1, 2]])
     """
     n = table.n_rows
     columns = tuple(table.columns)
-    codes = np.zeros((len(columns), n), dtype=np.int32 if n < 2**31 else np.int64)
+    codes: list[Codes] = []
     values: list[tuple[str, ...]] = []
     lengths: list[IntArray] = []
-    for j, col in enumerate(columns):
+    for col in columns:
         if len(table.cells[col]) != n:
             msg = f"column {col!r} has {len(table.cells[col])} cells but the table has {n} rows."
             raise InputError(msg)
-        uniq, codes[j] = _sorted_codes(table.coded(col))
+        uniq, column = _sorted_codes(table.coded(col))
+        codes.append(column)
         values.append(uniq)
         lengths.append(_measure(uniq, tokenizer))
     labels = tuple(len(c) + 3 if tokenizer is None else int(tokenizer(f"{c}: \n")) for c in columns)
-    return Encoded(columns, n, codes, tuple(values), tuple(lengths), labels)
+    return Encoded(columns, n, tuple(codes), tuple(values), tuple(lengths), labels)
 
 
 def to_table(frame: object, columns: Sequence[str] | None = None) -> Table:

@@ -40,10 +40,10 @@ def fd_pairs(enc: Encoded, columns: Sequence[int] | None = None) -> list[tuple[i
         perm = np.argsort(enc.codes[a], kind="stable")
         sa = enc.codes[a][perm]
         same = sa[1:] == sa[:-1]
-        sub = enc.codes[np.asarray(targets, dtype=np.int64)[:, None], perm[None, :]]
-        changes = sub[:, 1:] != sub[:, :-1]
-        violated = (changes & same).any(axis=1)
-        out.extend((a, b) for b, bad in zip(targets, violated.tolist(), strict=True) if not bad)
+        for b in targets:  # a column at a time: no targets x rows block
+            sb = enc.codes[b][perm]
+            if not ((sb[1:] != sb[:-1]) & same).any():
+                out.append((a, b))
     return out
 
 

@@ -180,27 +180,11 @@ def _run_starts(values: Codes, size: int) -> IntArray:
     return np.concatenate(parts)
 
 
-def _by_cells(cols: IntArray, offsets: IntArray, rows: int) -> list[tuple[IntArray, IntArray]]:
-    """``cols`` and their ``offsets`` (columns of one) in parts of about ``_PICK_CELLS`` cells.
-
-    Examples
-    --------
-    >>> c, o = np.array([[4], [5], [6]]), np.array([[0], [9], [20]])
-    >>> len(_by_cells(c, o, 10)), len(_by_cells(c, o, _PICK_CELLS))
-    (1, 3)
-    """
-    step = max(1, _PICK_CELLS // max(rows, 1))
-    return [(cols[i : i + step], offsets[i : i + step]) for i in range(0, len(cols), step)]
-
-
 _PICK_CELLS = 1 << 16
 """A picked group's cells looked up at a time (a large group a column at a time)."""
 
 _CANDIDATES = 1 << 14
 """Candidate groups of a split turned into Python values at a time."""
-
-_BLOCK_BY_COLUMN = 1 << 16
-"""Sub-tables of at least this many rows are gathered a column at a time (see ``block``)."""
 
 
 class _Solver:
@@ -235,6 +219,7 @@ class _Solver:
             offsets[j] = start
             start += cards[j]
         self.offsets = offsets
+        self._offsets: list[int] = offsets.tolist()
         self.cards = cards
         sq = np.zeros(start, dtype=np.float64)
         col_of = np.zeros(start, dtype=np.int64)
@@ -264,16 +249,10 @@ class _Solver:
         Built per sub-table from the table's codes, so the solver holds no
         second copy of them.
         """
-        at = np.asarray(cols, dtype=np.int64)
-        if rows.size < _BLOCK_BY_COLUMN:
-            codes = self.enc.codes[at[:, None], rows[None, :]]
-            out: IntArray = np.add(codes, self.offsets[at][:, None], dtype=np.int64)
-            return out
-        # A large sub-table a column at a time: no second copy of it in the table's code width.
-        out = np.empty((len(cols), rows.size), dtype=np.int64)
+        out: IntArray = np.empty((len(cols), rows.size), dtype=np.int64)
+        codes, offsets = self.enc.codes, self._offsets
         for k, c in enumerate(cols):
-            out[k] = self.enc.codes[c, rows]
-            out[k] += self.offsets[c]
+            np.add(codes[c][rows], offsets[c], out=out[k], dtype=np.int64)
         return out
 
     def _group_of(self) -> Codes:
@@ -289,7 +268,7 @@ class _Solver:
 
     def _constant(self, col: int, rows: IntArray) -> bool:
         """Whether ``col`` holds one value on ``rows``."""
-        values = self.enc.codes[col, rows]
+        values = self.enc.codes[col][rows]
         return bool((values == values[0]).all())
 
     def _groups(self, cols: Sequence[int], rows: IntArray) -> tuple[IntArray, Codes, Codes]:
@@ -309,7 +288,7 @@ class _Solver:
         codes: list[Codes] = []
         for k, c in enumerate(sorted(cols, key=self.offsets.__getitem__)):
             at = k * n_rows
-            key = self.enc.codes[c, rows].astype(np.int64)
+            key = self.enc.codes[c][rows].astype(np.int64)
             if self.cards[c] * n_rows < 2**62:
                 # Sorted by (code, position) through one unique int64 key: an
                 # unstable sort of unique keys is stable, and much faster than argsort.
@@ -378,8 +357,9 @@ class _Solver:
         when every recursion column is shared).
         """
         r0, r1 = node.rows.tolist()
-        a = (self.enc.codes[:, r0] + self.offsets).tolist()
-        b = (self.enc.codes[:, r1] + self.offsets).tolist()
+        offsets = self._offsets
+        a = [int(c[r0]) + o for c, o in zip(self.enc.codes, offsets, strict=True)]
+        b = [int(c[r1]) + o for c, o in zip(self.enc.codes, offsets, strict=True)]
         same = tuple(c for c in node.cols if a[c] == b[c])
         differ = tuple(c for c in node.cols if a[c] != b[c])
         if differ:
@@ -476,9 +456,11 @@ class _Solver:
         # Each global code's group here (codes absent from this sub-table are never read).
         group_of = self._group_of()
         group_of[codes] = np.arange(codes.size, dtype=group_of.dtype)
-        table = self.enc.codes
-        at = np.asarray(cols, dtype=np.int64)[:, None]
-        offsets = self.offsets[at]
+        # Per column: its codes, and its codes' groups (indexed by the column's own code).
+        lookup = [
+            (self.enc.codes[c], group_of[self._offsets[c] : self._offsets[c] + self.cards[c]])
+            for c in cols
+        ]
         current = counts.copy()
         alive = np.ones(n_rows, dtype=bool)
         remaining = n_rows
@@ -534,9 +516,12 @@ class _Solver:
             # Every group a member is in (one per column) loses it: a large
             # group's cells looked up a column at a time.
             taken_rows = rows[members]
-            for part, off in _by_cells(at, offsets, taken_rows.size):
-                cells = table[part, taken_rows[None, :]]
-                np.subtract.at(current, group_of[np.add(cells, off, dtype=np.int64)], 1)
+            if taken_rows.size * len(cols) <= _PICK_CELLS:
+                found = [groups[column[taken_rows]] for column, groups in lookup]
+                np.subtract.at(current, np.concatenate(found), 1)
+            else:  # a large group a column at a time
+                for column, groups in lookup:
+                    np.subtract.at(current, groups[column[taken_rows]], 1)
             picks.append((int(self.col_of[code]), members))
             remaining -= members.size
             if remaining < 2 or (self.max_groups is not None and len(picks) >= self.max_groups):
@@ -938,16 +923,22 @@ class _DepthFirst:
         self.offsets = np.zeros(m, dtype=np.int64)
         if m:
             self.offsets[1:] = np.cumsum(enc.cardinalities[:-1])
-        columns = orders[row_order]
-        # Global codes in 4 bytes where they fit, built a column at a time (not
-        # an n x m array of 8-byte codes and another of offsets).
+        # Global codes in 4 bytes where they fit, built a depth and a column at
+        # a time (not an n x m array of 8-byte codes and another of offsets).
         wide = sum(enc.cardinalities) >= 2**31
         segments = np.empty((rows_all.size, m), dtype=np.int64 if wide else np.int32)
+        offsets = self.offsets.tolist()
         for k in range(m):
-            at = columns[:, k]
-            segments[:, k] = enc.codes[at, rows_all] + self.offsets[at]
-            del at  # a view: it would keep ``columns`` alive
-        del columns  # freed before the sort's own arrays
+            here = np.unique(orders[:, k]).tolist()  # the columns rendered at depth k
+            if len(here) == 1:
+                c = here[0]
+                np.add(enc.codes[c][rows_all], offsets[c], out=segments[:, k], dtype=segments.dtype)
+                continue
+            at = orders[row_order, k]
+            for c in here:
+                sel = np.flatnonzero(at == c)
+                segments[sel, k] = np.add(enc.codes[c][rows_all[sel]], offsets[c], dtype=np.int64)
+            del at, sel
         perm = depth_first(segments)
         for k in range(m):  # permuted in place, a column at a time (no second n x m array)
             segments[:, k] = segments[perm, k]

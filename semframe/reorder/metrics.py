@@ -165,7 +165,10 @@ def _global_codes(enc: Encoded) -> tuple[IntArray, int]:
     """Codes made unique across columns: ``(codes + offsets, number of codes)``."""
     off = _offsets(enc)
     total = int(sum(len(v) for v in enc.values))
-    return (enc.codes + off[:, None]).astype(np.int64), total
+    if not enc.codes:
+        return np.zeros((0, enc.n_rows), dtype=np.int64), total
+    shifted = [c.astype(np.int64) + o for c, o in zip(enc.codes, off.tolist(), strict=True)]
+    return np.stack(shifted), total
 
 
 def _execution_codes(enc: Encoded, ordering: Ordering) -> IntArray:

@@ -49,8 +49,7 @@ def lexsort_rows(enc: Encoded, rows: IntArray, columns: Sequence[int]) -> IntArr
     """
     if rows.size < 2 or not columns:
         return rows
-    keys = enc.codes[np.asarray(columns[::-1], dtype=np.int64)[:, None], rows[None, :]]
-    return rows[np.lexsort(keys)]
+    return rows[np.lexsort([enc.codes[c][rows] for c in columns[::-1]])]
 
 
 def stats_order(enc: Encoded) -> tuple[IntArray, tuple[int, ...]]:
