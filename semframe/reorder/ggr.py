@@ -71,7 +71,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from semframe.core.ordering import Ordering
-from semframe.core.table import Codes
+from semframe.core.table import Codes, code_dtype
 from semframe.errors import ConfigError
 from semframe.reorder._encode import Encoded, FloatArray, IntArray, Tokenizer, encode, to_table
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
@@ -905,8 +905,9 @@ class _Gatherer:
         if self.at != self.rows.size:  # pragma: no cover - every row is emitted exactly once
             msg = f"internal error: GGR emitted {self.at} of {self.rows.size} rows"
             raise RuntimeError(msg)
-        code = np.int32 if len(self.ids) < 2**31 else np.int64
-        order_of = np.repeat(np.asarray(self.runs[0::2], dtype=code), self.runs[1::2])
+        order_of = np.repeat(
+            np.asarray(self.runs[0::2], dtype=code_dtype(len(self.ids))), self.runs[1::2]
+        )
         return _Gathered(self.rows, order_of, tuple(self.ids))
 
 
@@ -944,7 +945,8 @@ class _DepthFirst:
             segments[:, k] = segments[perm, k]
         self.segments: IntArray | None = segments
         self._served: int | None = None
-        self.rows = rows_all[perm]
+        # Kept until one solve is chosen: rows in 4 bytes where they fit.
+        self.rows: Codes = rows_all[perm].astype(np.int32 if perm.size < 2**31 else np.int64)
         self.order_of = row_order[perm]
         self.names = [tuple(enc.columns[j] for j in order) for order in order_ids]
 
