@@ -8,9 +8,12 @@ results back in the caller's order.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
+
+import numpy as np
 
 from semframe.errors import SemframeError
 
@@ -71,10 +74,10 @@ class Ordering:
         >>> Ordering(rows=(2, 0, 1), fields=((),) * 3).inverse()
         (1, 2, 0)
         """
-        inv = [-1] * len(self.rows)
-        for pos, row in enumerate(self.rows):
-            inv[row] = pos
-        return tuple(inv)
+        n = len(self.rows)
+        inv = np.full(n, -1, dtype=np.int64)
+        inv[np.fromiter(self.rows, dtype=np.int64, count=n)] = np.arange(n, dtype=np.int64)
+        return tuple(inv.tolist())
 
     def restore(self, values: Sequence[T]) -> list[T]:
         """Put per-execution values (aligned with ``rows``) back into input order.
@@ -92,7 +95,10 @@ class Ordering:
         if len(values) != len(self.rows):
             msg = f"restore() got {len(values)} values for an ordering of {len(self.rows)} rows."
             raise SemframeError(msg)
-        return [values[i] for i in self.inverse()]
+        inverse = self.inverse()
+        if len(inverse) < 2:  # itemgetter returns one item bare, and needs at least one
+            return [values[i] for i in inverse]
+        return list(operator.itemgetter(*inverse)(values))
 
     def validate(self, n_rows: int, fields: Sequence[str]) -> None:
         """Check that this ordering is a valid plan for ``n_rows`` rows of ``fields``.
@@ -103,7 +109,7 @@ class Ordering:
             If ``rows`` is not a permutation of ``range(n_rows)`` or a field
             order is not a permutation of ``fields``.
         """
-        if len(self.rows) != n_rows or sorted(self.rows) != list(range(n_rows)):
+        if len(self.rows) != n_rows or not _is_permutation(self.rows):
             msg = f"Ordering.rows is not a permutation of range({n_rows})."
             raise SemframeError(msg)
         want = sorted(fields)
@@ -115,3 +121,24 @@ class Ordering:
                 msg = f"Ordering field order {f!r} is not a permutation of {tuple(fields)!r}."
                 raise SemframeError(msg)
             checked.add(f)
+
+
+def _is_permutation(rows: Sequence[int]) -> bool:
+    """Whether ``rows`` holds each of ``0 .. len(rows) - 1`` exactly once (counted in numpy).
+
+    Examples
+    --------
+    >>> _is_permutation((2, 0, 1)), _is_permutation((0, 0, 2)), _is_permutation((0, 3))
+    (True, False, False)
+    >>> _is_permutation(()), _is_permutation(("a",)), _is_permutation((0, 1.0))
+    (True, False, False)
+    """
+    n = len(rows)
+    if n == 0:
+        return True
+    at = np.asarray(rows)
+    if at.ndim != 1 or at.dtype.kind not in "iu":  # not all integers (floats, strings, ...)
+        return False
+    if int(at.min()) < 0 or int(at.max()) >= n:
+        return False
+    return bool((np.bincount(at, minlength=n) == 1).all())
