@@ -18,6 +18,7 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any, cast
 
 from semframe import reorder
@@ -159,10 +160,10 @@ def _longest_bytes(rq: RelQuery) -> int:
     total = 0
     for f in rq.fields:
         values = rq.table.coded(f)[0]
-        longest = max(
-            (len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass")) for v in values),
-            default=0,
-        )
+        # An ASCII value's bytes are its characters (counted in C); only the others are encoded.
+        longest = max(map(len, filter(str.isascii, values)), default=0)
+        others = (len(v.encode("utf-8", "surrogatepass")) for v in filterfalse(str.isascii, values))
+        longest = max(longest, max(others, default=0))
         total += len(f"{f}: \n".encode("utf-8", "surrogatepass")) + longest
     return total
 
