@@ -43,6 +43,30 @@ def test_depth_first_is_a_permutation_with_contiguous_prefixes(rows: list[list[i
             last = p
 
 
+def _first_seen_order(rows: list[list[int]]) -> list[int]:
+    """The definition, in plain Python: sort by where each prefix first appears."""
+    first: dict[tuple[int, ...], int] = {}
+    keys = []
+    for p, row in enumerate(rows):
+        keys.append([first.setdefault(tuple(row[: d + 1]), p) for d in range(len(row))])
+    return sorted(range(len(rows)), key=keys.__getitem__)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda m: st.lists(
+            st.lists(st.integers(0, 4), min_size=m, max_size=m), min_size=0, max_size=80
+        )
+    ),
+    st.sampled_from([np.int32, np.int64]),
+)
+def test_depth_first_is_the_first_seen_prefix_order(rows: list[list[int]], dtype: type) -> None:
+    m = len(rows[0]) if rows else 1
+    s = np.array(rows, dtype=dtype).reshape(len(rows), m)
+    assert depth_first(s).tolist() == _first_seen_order(rows)
+
+
 def test_depth_first_keeps_first_seen_siblings_first_and_is_stable() -> None:
     s = np.array([[5, 1], [2, 9], [5, 1], [2, 8], [5, 0]])
     assert depth_first(s).tolist() == [0, 2, 4, 1, 3]

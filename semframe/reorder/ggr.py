@@ -277,9 +277,9 @@ class _Solver:
         Returns the groups' starts into ``order``, their global codes
         (ascending) and ``order``: each group's rows as local positions into
         ``rows``, ascending within the group. Cells are sorted one column at
-        a time (columns by their codes' offsets, so the codes come out ascending), so
-        the solver's peak is one column's sort key beside ``order``, not a
-        key per cell.
+        a time (columns by their codes' offsets, so the codes come out
+        ascending), so the solver's peak is one column's sort key beside
+        ``order``, not a key per cell.
         """
         n_rows = rows.size
         cell = np.int32 if n_rows < 2**31 else np.int64
