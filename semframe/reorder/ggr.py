@@ -183,6 +183,10 @@ def _run_starts(values: Codes, size: int) -> IntArray:
 _PICK_CELLS = 1 << 16
 """A picked group's cells looked up at a time (a large group a column at a time)."""
 
+_STEP = 1 << 16
+"""Rows at a time where a loop only bounds a temporary (positions added to sort keys,
+rows turned into Python values)."""
+
 _CANDIDATES = 1 << 14
 """Candidate groups of a split turned into Python values at a time."""
 
@@ -293,7 +297,8 @@ class _Solver:
                 # Sorted by (code, position) through one unique int64 key: an
                 # unstable sort of unique keys is stable, and much faster than argsort.
                 key *= n_rows
-                key += np.arange(n_rows, dtype=np.int64)
+                for lo in range(0, n_rows, _STEP):  # no second array of a row each
+                    key[lo : lo + _STEP] += np.arange(lo, min(lo + _STEP, n_rows))
                 key.sort()
                 first = _run_starts(key, n_rows)
                 codes.append(key[first] // n_rows + self.offsets[c])
@@ -954,7 +959,17 @@ class _DepthFirst:
         """The rows and field orders as an :class:`Ordering` (the segment codes released first)."""
         self.segments = None  # the last use: the tuples built here are the order's own peak
         names = self.names
-        return Ordering(tuple(self.rows.tolist()), tuple(names[i] for i in self.order_of.tolist()))
+        # Built a chunk at a time: no list of every row beside the tuples.
+        spans = range(0, self.rows.size, _STEP)
+        rows = tuple(
+            itertools.chain.from_iterable(self.rows[i : i + _STEP].tolist() for i in spans)
+        )
+        fields = tuple(
+            itertools.chain.from_iterable(
+                map(names.__getitem__, self.order_of[i : i + _STEP].tolist()) for i in spans
+            )
+        )
+        return Ordering(rows, fields)
 
     def same_as(self, other: _DepthFirst) -> bool:
         """Whether ``other`` is the same ordering (compared as arrays: nothing is built)."""

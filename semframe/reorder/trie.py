@@ -21,6 +21,8 @@ solver left apart; where nothing is apart it changes nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from semframe.core.table import Codes
@@ -71,22 +73,27 @@ def depth_first(segments: Codes) -> IntArray:
     for j in range(m):
         ids, first = _extend(prefix, distinct, segments[:, j])
         if first.size == distinct:  # this depth splits no prefix: nothing moves
+            del ids, first
             continue
         prefix, distinct = ids, first.size
+        del ids
         # The new prefixes ranked by (their parent's rank, where they first
-        # appear): positions are below n, so the pair fits one int64 below 2**31 prompts.
+        # appear): positions are below n, so the pair fits one int64 below 2**31
+        # prompts, sorted in place; the position names the prefix (``prefix[first]``).
         key = rank[first].astype(np.int64)
         key *= n
         key += first
-        by_key = np.argsort(key)  # the keys are unique: any sort is stable
-        del key
+        del first
+        key.sort()
+        key %= n
         ranked = np.empty(distinct, dtype=small)
-        ranked[by_key] = np.arange(distinct, dtype=small)
-        del by_key
+        ranked[prefix[key]] = np.arange(distinct, dtype=small)
+        del key
         np.take(ranked, prefix, out=rank)
         del ranked
         if distinct == n:  # every prompt is alone in its subtree from here on
             break
+    del prefix
     return np.argsort(rank, kind="stable").astype(np.int64, copy=False)
 
 
@@ -110,19 +117,39 @@ def _extend(prefix: Codes, distinct: int, column: Codes) -> tuple[Codes, IntArra
     key = prefix.astype(np.int64)
     key *= base
     key += column
-    order = np.argsort(key, kind="stable")  # a group's first prompt leads it
+    out = np.empty(n, dtype=prefix.dtype)
     new = np.empty(n, dtype=bool)  # where the sorted keys change
     new[0] = True
+    if distinct * base * n < 2**62:
+        # The position packed into the key: sorted in place, no permutation array.
+        key *= n
+        key += np.arange(n, dtype=np.int64)
+        key.sort()
+        for lo in range(1, n, _CHUNK):
+            hi = min(lo + _CHUNK, n)
+            group = key[lo - 1 : hi] // n
+            np.not_equal(group[1:], group[:-1], out=new[lo:hi])
+        ids = _dense(new, prefix.dtype)
+        for lo in range(0, n, _CHUNK):
+            out[key[lo : lo + _CHUNK] % n] = ids[lo : lo + _CHUNK]
+        del ids
+        first: IntArray = key[new]
+        del key
+        first %= n
+        return out, first
+    order = np.argsort(key, kind="stable")  # a group's first prompt leads it
     for lo in range(1, n, _CHUNK):  # compared a chunk at a time: no sorted copy of the keys
         hi = min(lo + _CHUNK, n)
         sorted_key = key[order[lo - 1 : hi]]
         np.not_equal(sorted_key[1:], sorted_key[:-1], out=new[lo:hi])
     del key
-    first = order[new]
-    ids = np.empty(n, dtype=prefix.dtype)
+    out[order] = _dense(new, prefix.dtype)
+    return out, order[new]
+
+
+def _dense(new: np.ndarray[Any, np.dtype[np.bool_]], dtype: np.dtype[Any]) -> Codes:
+    """Dense ids from where a sorted sequence changes (``new[0]`` is True)."""
+    ids: Codes = np.empty(new.size, dtype=dtype)
     np.cumsum(new, out=ids)
     ids -= 1
-    del new
-    out = np.empty(n, dtype=prefix.dtype)
-    out[order] = ids
-    return out, first
+    return ids
