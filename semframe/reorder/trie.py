@@ -123,7 +123,8 @@ def _extend(prefix: Codes, distinct: int, column: Codes) -> tuple[Codes, IntArra
     if distinct * base * n < 2**62:
         # The position packed into the key: sorted in place, no permutation array.
         key *= n
-        key += np.arange(n, dtype=np.int64)
+        for lo in range(0, n, _CHUNK):  # no second array of a prompt each
+            key[lo : lo + _CHUNK] += np.arange(lo, min(lo + _CHUNK, n))
         key.sort()
         for lo in range(1, n, _CHUNK):
             hi = min(lo + _CHUNK, n)
