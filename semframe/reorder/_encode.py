@@ -101,6 +101,48 @@ def _sorted_codes(coded: Coded) -> tuple[tuple[str, ...], Codes]:
     return tuple(map(values.__getitem__, by_value)), rank[codes]
 
 
+_STEP = 1 << 16
+"""Entries at a time where a loop over a sort key only bounds a temporary."""
+
+
+def pack_positions(key: IntArray, size: int) -> None:
+    """``key * size + position`` in place: sorting it then sorts by key, ties by position.
+
+    The positions are added a chunk at a time (no second array of an entry each).
+
+    Examples
+    --------
+    >>> key = np.array([2, 0, 2])
+    >>> pack_positions(key, 3)
+    >>> key.tolist()
+    [6, 1, 8]
+    """
+    key *= size
+    n = key.size
+    for lo in range(0, n, _STEP):
+        key[lo : lo + _STEP] += np.arange(lo, min(lo + _STEP, n))
+
+
+def run_changes(values: IntArray, size: int) -> NDArray[np.bool_]:
+    """Where ``values // size`` changes in the sorted ``values`` (the first entry included).
+
+    Compared a chunk at a time: no whole array of the quotients.
+
+    Examples
+    --------
+    >>> run_changes(np.array([3, 4, 9, 10, 11, 30]), 10).tolist()
+    [True, False, False, True, False, True]
+    """
+    n = values.size
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    for lo in range(1, n, _STEP):
+        hi = min(lo + _STEP, n)
+        group = values[lo - 1 : hi] // size
+        np.not_equal(group[1:], group[:-1], out=new[lo:hi])
+    return new
+
+
 def _measure(values: Sequence[str], tokenizer: Tokenizer | None) -> IntArray:
     measure: Callable[[str], int] = len if tokenizer is None else tokenizer
     out = np.fromiter(map(measure, values), dtype=np.int64, count=len(values))

@@ -73,7 +73,16 @@ import numpy as np
 from semframe.core.ordering import Ordering
 from semframe.core.table import Codes, code_dtype
 from semframe.errors import ConfigError
-from semframe.reorder._encode import Encoded, FloatArray, IntArray, Tokenizer, encode, to_table
+from semframe.reorder._encode import (
+    Encoded,
+    FloatArray,
+    IntArray,
+    Tokenizer,
+    encode,
+    pack_positions,
+    run_changes,
+    to_table,
+)
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
 from semframe.reorder.metrics import Granularity, served_tokens, served_units
 from semframe.reorder.stats import lexsort_rows, stats_rank
@@ -159,27 +168,6 @@ def _layout(enc: Encoded, high_cardinality: float | None) -> _Layout:
     return _Layout(rank, tuple(j for j in rank if j not in tail), tail)
 
 
-_CHUNK = 1 << 20
-"""Cells handled at a time where a whole array of them is not needed at once."""
-
-
-def _run_starts(values: Codes, size: int) -> IntArray:
-    """Where ``values // size`` changes in the sorted ``values`` (0 included), a chunk at a time.
-
-    Examples
-    --------
-    >>> _run_starts(np.array([3, 4, 9, 10, 11, 30]), 10).tolist()
-    [0, 3, 5]
-    """
-    n = values.size
-    parts = [np.zeros(1 if n else 0, dtype=np.int64)]
-    for lo in range(0, n - 1, _CHUNK):
-        hi = min(lo + _CHUNK, n - 1)
-        code = values[lo : hi + 1] // size
-        parts.append(np.flatnonzero(code[1:] != code[:-1]) + (lo + 1))
-    return np.concatenate(parts)
-
-
 _PICK_CELLS = 1 << 16
 """A picked group's cells looked up at a time (a large group a column at a time)."""
 
@@ -217,13 +205,12 @@ class _Solver:
         self.rank = layout.rank
         self.tail = layout.tail
         self.rec = layout.rec
-        offsets = np.zeros(m, dtype=np.int64)
+        offsets = [0] * m
         start = 0
         for j in rank:
             offsets[j] = start
             start += cards[j]
-        self.offsets = offsets
-        self._offsets: list[int] = offsets.tolist()
+        self.offsets: list[int] = offsets
         self.cards = cards
         sq = np.zeros(start, dtype=np.float64)
         col_of = np.zeros(start, dtype=np.int64)
@@ -254,7 +241,7 @@ class _Solver:
         second copy of them.
         """
         out: IntArray = np.empty((len(cols), rows.size), dtype=np.int64)
-        codes, offsets = self.enc.codes, self._offsets
+        codes, offsets = self.enc.codes, self.offsets
         for k, c in enumerate(cols):
             np.add(codes[c][rows], offsets[c], out=out[k], dtype=np.int64)
         return out
@@ -296,17 +283,15 @@ class _Solver:
             if self.cards[c] * n_rows < 2**62:
                 # Sorted by (code, position) through one unique int64 key: an
                 # unstable sort of unique keys is stable, and much faster than argsort.
-                key *= n_rows
-                for lo in range(0, n_rows, _STEP):  # no second array of a row each
-                    key[lo : lo + _STEP] += np.arange(lo, min(lo + _STEP, n_rows))
+                pack_positions(key, n_rows)
                 key.sort()
-                first = _run_starts(key, n_rows)
+                first = np.flatnonzero(run_changes(key, n_rows))
                 codes.append(key[first] // n_rows + self.offsets[c])
                 np.remainder(key, n_rows, out=order[at : at + n_rows], casting="unsafe")
             else:  # the combined key could overflow int64
                 by_code = np.argsort(key, kind="stable")
                 key = key[by_code]
-                first = _run_starts(key, 1)
+                first = np.flatnonzero(run_changes(key, 1))
                 codes.append(key[first] + self.offsets[c])
                 order[at : at + n_rows] = by_code
             del key
@@ -362,7 +347,7 @@ class _Solver:
         when every recursion column is shared).
         """
         r0, r1 = node.rows.tolist()
-        offsets = self._offsets
+        offsets = self.offsets
         a = [int(c[r0]) + o for c, o in zip(self.enc.codes, offsets, strict=True)]
         b = [int(c[r1]) + o for c, o in zip(self.enc.codes, offsets, strict=True)]
         same = tuple(c for c in node.cols if a[c] == b[c])
@@ -463,7 +448,7 @@ class _Solver:
         group_of[codes] = np.arange(codes.size, dtype=group_of.dtype)
         # Per column: its codes, and its codes' groups (indexed by the column's own code).
         lookup = [
-            (self.enc.codes[c], group_of[self._offsets[c] : self._offsets[c] + self.cards[c]])
+            (self.enc.codes[c], group_of[self.offsets[c] : self.offsets[c] + self.cards[c]])
             for c in cols
         ]
         current = counts.copy()
@@ -626,7 +611,7 @@ class _Small:
                 by_code.setdefault(v, []).append(i)
             present = tuple(b for b in solver.deps.get(c, ()) if b in colset)
             extra = solver._extra_list(c, present) if present else None
-            base = int(solver.offsets[c])
+            base = solver.offsets[c]
             for code in sorted(by_code):
                 members = by_code[code]
                 if len(members) >= 2:
@@ -723,7 +708,7 @@ class _Small:
                 continue
             present = tuple(b for b in solver.deps.get(c, ()) if b in colset)
             extra = solver._extra_list(c, present) if present else None
-            base = int(solver.offsets[c])
+            base = solver.offsets[c]
             for code, members in by_code.items():
                 if len(members) < 2:
                     continue
@@ -926,14 +911,11 @@ class _DepthFirst:
         m = enc.n_columns
         small = np.int8 if m < 128 else np.int64  # column numbers: a byte where they fit
         orders = np.array(list(order_ids), dtype=small).reshape(len(order_ids), m)
-        self.offsets = np.zeros(m, dtype=np.int64)
-        if m:
-            self.offsets[1:] = np.cumsum(enc.cardinalities[:-1])
+        offsets = list(itertools.accumulate(enc.cardinalities[:-1], initial=0))[:m]
         # Global codes in 4 bytes where they fit, built a depth and a column at
         # a time (not an n x m array of 8-byte codes and another of offsets).
         wide = sum(enc.cardinalities) >= 2**31
         segments = np.empty((rows_all.size, m), dtype=np.int64 if wide else np.int32)
-        offsets = self.offsets.tolist()
         for k in range(m):
             here = np.unique(orders[:, k]).tolist()  # the columns rendered at depth k
             if len(here) == 1:

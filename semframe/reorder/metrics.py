@@ -259,9 +259,8 @@ def served_units(segments: IntArray, units: IntArray) -> int:
     total = 0
     for lo in range(1, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
-        here = segments[lo:hi]
-        hits = np.logical_and.accumulate(here == segments[lo - 1 : hi - 1], axis=1)
-        served = units[here[hits]]
+        hits = _prev_hits(segments[lo - 1 : hi])[1:]  # against the prompt before the chunk
+        served = units[segments[lo:hi][hits]]
         total += int(served.sum()) if exact else sum(served.tolist())
     return total
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from semframe.core.table import Codes
-from semframe.reorder._encode import IntArray
+from semframe.reorder._encode import IntArray, pack_positions, run_changes
 
 _CHUNK = 1 << 16
 """Sorted keys compared at a time in :func:`_extend`."""
@@ -118,18 +118,11 @@ def _extend(prefix: Codes, distinct: int, column: Codes) -> tuple[Codes, IntArra
     key *= base
     key += column
     out = np.empty(n, dtype=prefix.dtype)
-    new = np.empty(n, dtype=bool)  # where the sorted keys change
-    new[0] = True
     if distinct * base * n < 2**62:
         # The position packed into the key: sorted in place, no permutation array.
-        key *= n
-        for lo in range(0, n, _CHUNK):  # no second array of a prompt each
-            key[lo : lo + _CHUNK] += np.arange(lo, min(lo + _CHUNK, n))
+        pack_positions(key, n)
         key.sort()
-        for lo in range(1, n, _CHUNK):
-            hi = min(lo + _CHUNK, n)
-            group = key[lo - 1 : hi] // n
-            np.not_equal(group[1:], group[:-1], out=new[lo:hi])
+        new = run_changes(key, n)
         ids = _dense(new, prefix.dtype)
         for lo in range(0, n, _CHUNK):
             out[key[lo : lo + _CHUNK] % n] = ids[lo : lo + _CHUNK]
@@ -139,6 +132,8 @@ def _extend(prefix: Codes, distinct: int, column: Codes) -> tuple[Codes, IntArra
         first %= n
         return out, first
     order = np.argsort(key, kind="stable")  # a group's first prompt leads it
+    new = np.empty(n, dtype=bool)  # where the sorted keys change
+    new[0] = True
     for lo in range(1, n, _CHUNK):  # compared a chunk at a time: no sorted copy of the keys
         hi = min(lo + _CHUNK, n)
         sorted_key = key[order[lo - 1 : hi]]
