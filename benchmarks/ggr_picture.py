@@ -105,11 +105,11 @@ def main() -> None:
     for ax, ordering, name in ((axes[0], none, "file order"), (axes[1], o, "GGR")):
         cells = [
             [(c, str(TABLE.iloc[r][c])) for c in fields]
-            for r, fields in zip(ordering.rows, ordering.fields, strict=True)
+            for r, fields in zip(ordering.rows.tolist(), ordering.fields, strict=True)
         ]
         score = evaluate(TABLE, ordering)
         title = f"{name}: {score.hit_rate:.0%} of field characters served from the previous prompt"
-        draw(ax, title, cells, list(ordering.rows))
+        draw(ax, title, cells, ordering.rows.tolist())
     fig.suptitle(
         "Shaded: the prefix each prompt shares with the one before it (same colour, same value)",
         fontsize=9,

@@ -39,7 +39,7 @@ granularities = st.builds(
 
 
 def _codes(t: Table, o: Ordering) -> tuple[np.ndarray, np.ndarray]:
-    enc = encode(t.select(tuple(c for c in t.columns if c in o.fields[0])) if o.rows else t)
+    enc = encode(t.select(tuple(c for c in t.columns if c in o.fields[0])) if len(o) else t)
     return _execution_codes(enc, o), _segment_units(enc, _tok)
 
 

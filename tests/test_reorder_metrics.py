@@ -133,4 +133,4 @@ def test_stats_order_is_one_field_order_and_sorted_rows() -> None:
     t = Table.from_columns({"id": ["3", "1", "2", "4"], "tag": ["bb", "aa", "bb", "aa"]})
     o = order(t, "stats")
     assert set(o.fields) == {("tag", "id")}
-    assert o.rows == (1, 3, 2, 0)
+    assert o.rows.tolist() == [1, 3, 2, 0]

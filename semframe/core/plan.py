@@ -362,12 +362,12 @@ class Plan:
             f"  cache assumed: {summary['cache assumed']}",
             f"  output: {rq.output.kind}, max_tokens={rq.max_tokens}, temperature={rq.temperature}",
             f"  row order (first {min(n * 4, len(self.requests))}): "
-            f"{list(self.ordering.rows[: n * 4])}",
+            f"{self.ordering.rows[: n * 4].tolist()}",
         ]
-        distinct_orders = list(dict.fromkeys(self.ordering.fields))
+        used = np.unique(self.ordering.order_of).size  # the orders a row takes
         lines.append(
-            f"  field orders: {len(distinct_orders)} distinct; first: "
-            f"{list(distinct_orders[0]) if distinct_orders else []}"
+            f"  field orders: {used} distinct; first: "
+            f"{list(self.ordering.fields[0]) if len(self.ordering) else []}"
         )
         lines.append("  groups:")
         for g in self.groups[:n]:
@@ -540,16 +540,14 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     instructions = rq.instructions
     check_sendable(rq, instructions)
     head = instructions + "\n\n"
-    n, k = len(ordering.rows), len(rq.fields)
+    n, k = len(ordering), len(rq.fields)
     if n == 0:
         return Plan(rq, ordering, reorder, instructions, (), (), ())
-    rows = np.asarray(ordering.rows, dtype=np.intp)
+    rows = ordering.rows
     # Each column factorized once: a code per row, each distinct segment rendered once.
     columns = [_Column.of(f, rq.table.coded(f)) for f in rq.fields]
     position = {f: j for j, f in enumerate(rq.fields)}
-    orders = dict.fromkeys(ordering.fields)  # the distinct field orders, first seen first
-    order_index = dict(zip(orders, range(len(orders)), strict=True))
-    order_of = np.fromiter(map(order_index.__getitem__, ordering.fields), np.intp, n)
+    orders, order_of = ordering.orders, ordering.order_of
     by_order = [np.flatnonzero(order_of == o) for o in range(len(orders))]
     # Per execution position and field depth: the column, the value's code, the segment length.
     col = np.empty((k, n), dtype=np.intp)
@@ -599,7 +597,7 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
             repeat(Request, n),
             zip(
                 range(n),
-                ordering.rows,
+                rows.tolist(),
                 prompts,
                 repeat(rq.system, n),
                 repeat(rq.max_tokens, n),
@@ -692,9 +690,9 @@ def _shared(  # noqa: PLR0917
     col: np.ndarray[Any, np.dtype[np.intp]],
     code: np.ndarray[Any, np.dtype[np.int64]],
     length: np.ndarray[Any, np.dtype[np.int64]],
-    orders: Mapping[tuple[str, ...], None],
-    order_of: np.ndarray[Any, np.dtype[np.intp]],
-    rows: np.ndarray[Any, np.dtype[np.intp]],
+    orders: Sequence[tuple[str, ...]],
+    order_of: Codes,
+    rows: Codes,
 ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
     """Per request: whole leading segments equal to the previous request's, and shared chars.
 
@@ -712,7 +710,6 @@ def _shared(  # noqa: PLR0917
     same_col = col[:, 1:] == col[:, :-1]
     eq = same_col & (code[:, 1:] == code[:, :-1])
     cross = np.argwhere(~same_col)  # (depth, position - 1): other fields, compared as text
-    order_list = list(orders)
 
     def segment(depth: int, pos: int) -> str:
         c = columns[int(col[depth, pos])]
@@ -732,7 +729,7 @@ def _shared(  # noqa: PLR0917
         label_len = np.array([len(c.label) for c in columns], dtype=np.int64)
         shared[differs[same]] += label_len[col[at[same], differs[same]]]
         for pos, d in zip(differs[~same].tolist(), at[~same].tolist(), strict=True):
-            label = order_list[int(order_of[pos])][d] + ": "
+            label = orders[int(order_of[pos])][d] + ": "
             if segment(d, pos - 1).startswith(label):
                 shared[pos] += len(label)
     return equal, shared
@@ -923,14 +920,14 @@ def check_sendable(rq: RelQuery, instructions: str) -> None:
 
 def _key_of(rq: RelQuery, ordering: Ordering, start: int, stop: int) -> tuple[tuple[str, str], ...]:
     cells = rq.table.cells
-    first_order = ordering.fields[start]
-    first_row = ordering.rows[start]
+    fields = ordering.fields[start:stop]
+    rows = ordering.rows[start:stop].tolist()
     key: list[tuple[str, str]] = []
-    for depth, name in enumerate(first_order):
-        value = cells[name][first_row]
-        for pos in range(start + 1, stop):
-            order = ordering.fields[pos]
-            if order[depth] != name or cells[name][ordering.rows[pos]] != value:
+    for depth, name in enumerate(fields[0]):
+        column = cells[name]
+        value = column[rows[0]]
+        for order, row in zip(fields, rows, strict=True):
+            if order[depth] != name or column[row] != value:
                 return tuple(key)
         key.append((name, value))
     return tuple(key)

@@ -225,7 +225,7 @@ def _compile(
 
     # Rows in the GGR order of the fields; groups in order of first appearance.
     ordering = _reorder.order(table, cfg["reorder"])
-    orders = dict(zip(ordering.rows, ordering.fields, strict=True))
+    orders = dict(zip(ordering.rows.tolist(), ordering.fields, strict=True))
     group_of: dict[tuple[str, ...], int] = {}
     firsts: list[int] = []
     for r in range(table.n_rows):
@@ -235,7 +235,7 @@ def _compile(
             firsts.append(r)
     keys = list(group_of)
     members: list[list[int]] = [[] for _ in keys]
-    for r in ordering.rows:
+    for r in ordering.rows.tolist():
         members[group_of[tuple(keys_table.cells[b][r] for b in by_cols)]].append(r)
 
     backend = get_backend(cfg["backend"], model=cfg["model"], settings=cfg)

@@ -214,7 +214,7 @@ def compile_join(
     )
     index = 0 if major == "left" else 1
     order = sorted(range(len(pairs)), key=lambda i: (pairs[i][index], pairs[i][1 - index]))
-    ordering = Ordering(tuple(order), (fields,) * len(pairs))
+    ordering = Ordering.uniform(order, fields)
     rq = RelQuery(
         "join",
         parsed,

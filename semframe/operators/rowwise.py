@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
+
 from semframe.backends.base import Capabilities
 from semframe.config import ResolvedConfig, config
 from semframe.core.frames import Frame, NewColumn, Output
@@ -515,9 +517,12 @@ def _calibrated_first(plan: Plan, calibration: RelQuery) -> Plan:
     k = calibration.table.n_rows
     cells = {f: calibration.table.cells[f] + rq.table.cells[f] for f in rq.fields}
     table = Table(rq.fields, cells, k + rq.table.n_rows)
-    first = plan.ordering.fields[0] if len(plan.ordering) else rq.fields
-    ordering = Ordering(
-        (*range(k), *(row + k for row in plan.ordering.rows)), ((first,) * k + plan.ordering.fields)
+    old = plan.ordering  # the calibration rows first, in the first row's field order
+    first = int(old.order_of[0]) if len(old) else 0
+    ordering = Ordering.from_arrays(
+        np.concatenate([np.arange(k), old.rows + k]),
+        old.orders or (tuple(rq.fields),),
+        np.concatenate([np.full(k, first, dtype=old.order_of.dtype), old.order_of]),
     )
     return make_plan(dataclasses.replace(rq, table=table), ordering, plan.reorder)
 

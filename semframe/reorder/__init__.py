@@ -81,13 +81,13 @@ def order(
     Examples
     --------
     >>> t = Table.from_columns({"a": ["x", "y", "x"], "b": ["1", "2", "3"]})
-    >>> order(t, "none").rows
-    (0, 1, 2)
-    >>> order(t, "stats").rows
-    (0, 2, 1)
+    >>> order(t, "none").rows.tolist()
+    [0, 1, 2]
+    >>> order(t, "stats").rows.tolist()
+    [0, 2, 1]
     >>> o = order(t, "ggr")
-    >>> o.rows, o.fields[0]
-    ((0, 2, 1), ('a', 'b'))
+    >>> o.rows.tolist(), o.fields[0]
+    ([0, 2, 1], ('a', 'b'))
     """
     if method == "none":
         return Ordering.identity(table.n_rows, table.columns)

@@ -221,7 +221,7 @@ def table_for(frame: object, ordering: Ordering) -> Table:
         If ``ordering`` is not a valid ordering of the frame's rows and of
         the columns it names.
     """
-    wanted: tuple[str, ...] = ordering.fields[0] if ordering.rows else ()
+    wanted: tuple[str, ...] = ordering.fields[0] if len(ordering) else ()
     if not wanted:
         # No columns to read: convert the frame only to learn its row count.
         full = to_table(frame)

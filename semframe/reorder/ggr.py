@@ -171,10 +171,6 @@ def _layout(enc: Encoded, high_cardinality: float | None) -> _Layout:
 _PICK_CELLS = 1 << 16
 """A picked group's cells looked up at a time (a large group a column at a time)."""
 
-_STEP = 1 << 16
-"""Rows at a time where a loop only bounds a temporary (positions added to sort keys,
-rows turned into Python values)."""
-
 _CANDIDATES = 1 << 14
 """Candidate groups of a split turned into Python values at a time."""
 
@@ -822,19 +818,18 @@ def _check_params(
 
 def assemble(enc: Encoded, blocks: Iterable[tuple[IntArray, tuple[int, ...]]]) -> Ordering:
     """Build an :class:`Ordering` from blocks of rows sharing one field order."""
-    names: dict[tuple[int, ...], tuple[str, ...]] = {}
+    number: dict[tuple[int, ...], int] = {}
     row_parts: list[IntArray] = []
-    fields: list[tuple[str, ...]] = []
+    id_parts: list[IntArray] = []
     for rows, order in blocks:
         if rows.size == 0:
             continue
-        named = names.get(order)
-        if named is None:
-            named = names[order] = tuple(enc.columns[j] for j in order)
         row_parts.append(rows)
-        fields.extend(itertools.repeat(named, rows.size))
-    all_rows = np.concatenate(row_parts).tolist() if row_parts else []
-    return Ordering(tuple(all_rows), tuple(fields))
+        id_parts.append(np.full(rows.size, number.setdefault(order, len(number)), dtype=np.int64))
+    if not row_parts:
+        return Ordering((), ())
+    names = [tuple(enc.columns[j] for j in order) for order in number]
+    return Ordering.from_arrays(np.concatenate(row_parts), names, np.concatenate(id_parts))
 
 
 def assemble_depth_first(
@@ -939,19 +934,8 @@ class _DepthFirst:
 
     def ordering(self) -> Ordering:
         """The rows and field orders as an :class:`Ordering` (the segment codes released first)."""
-        self.segments = None  # the last use: the tuples built here are the order's own peak
-        names = self.names
-        # Built a chunk at a time: no list of every row beside the tuples.
-        spans = range(0, self.rows.size, _STEP)
-        rows = tuple(
-            itertools.chain.from_iterable(self.rows[i : i + _STEP].tolist() for i in spans)
-        )
-        fields = tuple(
-            itertools.chain.from_iterable(
-                map(names.__getitem__, self.order_of[i : i + _STEP].tolist()) for i in spans
-            )
-        )
-        return Ordering(rows, fields)
+        self.segments = None
+        return Ordering.from_arrays(self.rows, self.names, self.order_of)
 
     def same_as(self, other: _DepthFirst) -> bool:
         """Whether ``other`` is the same ordering (compared as arrays: nothing is built)."""
@@ -1150,14 +1134,14 @@ def ggr(
 
     >>> t = {"id": ["1", "2", "3"], "a": ["x", "x", "x"], "b": ["y", "y", "y"]}
     >>> o = ggr(t)
-    >>> o.rows, o.fields[0]
-    ((0, 1, 2), ('a', 'b', 'id'))
+    >>> o.rows.tolist(), o.fields[0]
+    ([0, 1, 2], ('a', 'b', 'id'))
 
     Groups in different fields get different field orders:
 
     >>> t = {"f1": ["a", "a", "p", "q"], "f2": ["r", "s", "b", "b"]}
     >>> o = ggr(t)
-    >>> list(zip(o.rows, o.fields))
+    >>> list(zip(o.rows.tolist(), o.fields))
     [(0, ('f1', 'f2')), (1, ('f1', 'f2')), (2, ('f2', 'f1')), (3, ('f2', 'f1'))]
     """
     table = to_table(frame, columns)

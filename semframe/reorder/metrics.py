@@ -177,14 +177,9 @@ def _execution_codes(enc: Encoded, ordering: Ordering) -> IntArray:
     if n == 0 or m == 0:
         return np.zeros((n, m), dtype=np.int64)
     col_index = {c: j for j, c in enumerate(enc.columns)}
-    perm_ids: dict[tuple[str, ...], int] = {}
-    ids = np.fromiter(
-        (perm_ids.setdefault(f, len(perm_ids)) for f in ordering.fields), dtype=np.int64, count=n
-    )
-    perms = np.array([[col_index[c] for c in f] for f in perm_ids], dtype=np.int64)
+    perms = np.array([[col_index[c] for c in f] for f in ordering.orders], dtype=np.int64)
     g, _ = _global_codes(enc)
-    rows = np.asarray(ordering.rows, dtype=np.int64)
-    return g[perms[ids], rows[:, None]]
+    return g[perms[ordering.order_of], ordering.rows[:, None]]
 
 
 def _weighted_sum(weights: IntArray, counts: IntArray) -> int:

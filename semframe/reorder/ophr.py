@@ -187,7 +187,7 @@ def ophr(
     Examples
     --------
     >>> o = ophr({"f1": ["a", "a", "p", "q"], "f2": ["r", "s", "b", "b"]})
-    >>> list(zip(o.rows, o.fields))
+    >>> list(zip(o.rows.tolist(), o.fields))
     [(0, ('f1', 'f2')), (1, ('f1', 'f2')), (2, ('f2', 'f1')), (3, ('f2', 'f1'))]
     """
     return ophr_encoded(encode(to_table(frame, columns), tokenizer), max_cells=max_cells)

@@ -28,7 +28,6 @@ from semframe.cache.serve import serve_stored
 from semframe.cache.store import ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.capacity import Capacity
-from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
 from semframe.core.wire import Outcome, Usage
 from semframe.cost.models import CostModel, warm_start
@@ -453,8 +452,7 @@ def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:
     left = [i for i, o in enumerate(outcomes) if o is None]
     rq = plan.relquery
     sub = dataclasses.replace(rq, table=rq.table.take([plan.requests[i].row for i in left]))
-    order = Ordering(tuple(range(len(left))), tuple(plan.ordering.fields[i] for i in left))
-    return make_plan(sub, order, plan.reorder), served.rows
+    return make_plan(sub, plan.ordering.subset(left), plan.reorder), served.rows
 
 
 @dataclass

@@ -19,7 +19,6 @@ from typing import Any
 
 from semframe.backends import Backend, cost_model, get_backend
 from semframe.config import cache_dir
-from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, make_plan
 from semframe.cost.estimate import Estimate, Figures, price_plan
 from semframe.cost.models import CostModel, LatencyModel, RunShape, warm_start
@@ -56,9 +55,11 @@ def probe_output(
     sub = dataclasses.replace(
         rq, table=rq.table.take([plan.requests[i].row for i in picked]), logprobs=0
     )
-    order = Ordering(tuple(range(k)), tuple(plan.ordering.fields[i] for i in picked))
     _, stats = execute(
-        make_plan(sub, order, "probe"), backend, max_concurrency=workers, progress="off"
+        make_plan(sub, plan.ordering.subset(picked), "probe"),
+        backend,
+        max_concurrency=workers,
+        progress="off",
     )
     sent = max(stats.requests - stats.retries, 1)
     return stats.output_tokens / sent, stats.dollars, k
@@ -194,8 +195,7 @@ def _on_replicas(  # noqa: PLR0917
     for ids in _shards(plan, replicas):
         rows = [plan.requests[i].row for i in ids]
         sub = dataclasses.replace(rq, table=rq.table.take(rows))
-        order = Ordering(tuple(range(len(ids))), tuple(plan.ordering.fields[i] for i in ids))
-        shard = make_plan(sub, order, plan.reorder)
+        shard = make_plan(sub, plan.ordering.subset(ids), plan.reorder)
         parts.append(
             price_plan(
                 shard,

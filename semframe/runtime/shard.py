@@ -68,8 +68,9 @@ class Shard:
         The plan's relQuery with an empty table.
     reorder, instructions : str
         As in the plan.
-    fields : tuple of tuple of str
-        Each request's field order.
+    ordering : Ordering
+        Each request's field order, as an ordering of the shard's own requests
+        (``rows`` are ``0..n-1``).
     shared_chars : tuple of int
         Each request's ``Plan.shared_chars``.
     kept : tuple of int
@@ -100,7 +101,7 @@ class Shard:
     relquery: RelQuery
     reorder: str
     instructions: str
-    fields: tuple[tuple[str, ...], ...]
+    ordering: Ordering
     shared_chars: tuple[int, ...]
     kept: tuple[int, ...]
     tails: tuple[str, ...]
@@ -124,7 +125,7 @@ class Shard:
             dataclasses.replace(plan.relquery, table=plan.relquery.table.take(())),
             plan.reorder,
             plan.instructions,
-            tuple(plan.ordering.fields[i] for i in ids),
+            plan.ordering.subset(ids),
             tuple(plan.shared_chars[i] for i in ids),
             kept,
             tails,
@@ -145,10 +146,9 @@ class Shard:
         expanded = [repeat(c.value, n) if isinstance(c, _Same) else c for c in self.columns]
         rows = zip(range(n), range(n), prompts, *expanded, strict=True)
         requests = tuple(map(tuple.__new__, repeat(Request, n), rows))
-        ordering = Ordering(tuple(range(n)), self.fields)
         return Plan(
             self.relquery,
-            ordering,
+            self.ordering,
             self.reorder,
             self.instructions,
             requests,
