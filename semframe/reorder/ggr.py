@@ -175,6 +175,10 @@ _CANDIDATES = 1 << 14
 """Candidate groups of a split turned into Python values at a time."""
 
 
+_Partitions = dict[tuple[tuple[int, ...], int], list[tuple[int, list[int]]]]
+"""A small sub-table's groupings: (its rows, a column) -> (code, rows) for each group of >= 2."""
+
+
 class _Solver:
     """One GGR run over an encoded table (holds the per-run precomputations)."""
 
@@ -189,8 +193,12 @@ class _Solver:
         min_hitcount: float,
         lookahead_cells: int,
         weigh: str = "value",
+        partitions: dict[bytes, _Partitions] | None = None,
     ) -> None:
         self.enc = enc
+        # Small sub-tables' groupings by row set (what the solves of one table
+        # can share: they depend on the codes alone), or None to keep none.
+        self.partitions = partitions
         self.max_depth = max_depth
         self.max_groups = max_groups
         self.min_hitcount = min_hitcount
@@ -555,6 +563,10 @@ class _Small:
         self.sq = solver._sq_py
         self.memo: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}
         self.groups_memo: dict[tuple[tuple[int, ...], tuple[int, ...]], list[_Group]] = {}
+        shared = solver.partitions  # kept only where both solves share them (tiny tables)
+        self.partitions: _Partitions | None = (
+            None if shared is None else shared.setdefault(node.rows.tobytes(), {})
+        )
 
     def solve(self) -> list[_Node | _Emit]:
         out: list[_Node | _Emit] = []
@@ -596,24 +608,39 @@ class _Small:
         solver = self.solver
         colset = set(cols) if solver.deps else set()
         dead = self.dead
+        rows = tuple(idx)
         for c in cols:
             if c in dead:
                 continue
-            values = list(map(self.data[c].__getitem__, idx))
-            if len(set(values)) == len(values):
+            parts = self._partition(rows, c)
+            if not parts:
                 continue
-            by_code: dict[int, list[int]] = {}
-            for v, i in zip(values, idx, strict=True):
-                by_code.setdefault(v, []).append(i)
             present = tuple(b for b in solver.deps.get(c, ()) if b in colset)
             extra = solver._extra_list(c, present) if present else None
             base = solver.offsets[c]
-            for code in sorted(by_code):
-                members = by_code[code]
-                if len(members) >= 2:
-                    w = self.sq[code] + (extra[code - base] if extra is not None else 0.0)
-                    out.append((w * (len(members) - 1), c, code, members))
+            for code, members in parts:
+                w = self.sq[code] + (extra[code - base] if extra is not None else 0.0)
+                out.append((w * (len(members) - 1), c, code, members))
         return out
+
+    def _partition(self, rows: tuple[int, ...], c: int) -> list[tuple[int, list[int]]]:
+        """The groups of >= 2 of ``rows`` by their value in column ``c``, by code.
+
+        Weights play no part, so both solves of ``weigh="best"`` share them
+        (:attr:`_Solver.partitions`).
+        """
+        key = (rows, c)
+        got = self.partitions.get(key) if self.partitions is not None else None
+        if got is None:
+            values = list(map(self.data[c].__getitem__, rows))
+            by_code: dict[int, list[int]] = {}
+            if len(set(values)) < len(values):  # else no group: all distinct
+                for v, i in zip(values, rows, strict=True):
+                    by_code.setdefault(v, []).append(i)
+            got = [(code, by_code[code]) for code in sorted(by_code) if len(by_code[code]) >= 2]
+            if self.partitions is not None:
+                self.partitions[key] = got
+        return got
 
     def _greedy_value(self, idx: list[int], cols: tuple[int, ...]) -> float:
         """PHC the plain greedy reaches on a sub-table (no tail, no limits but min_hitcount)."""
@@ -1017,6 +1044,10 @@ def ggr_encoded(
         # skipped (FDs only sharpen the scores, the ordering stays valid).
         effective = list(dict.fromkeys([*effective, *fd_pairs(enc, layout.rec)]))
     results: list[_DepthFirst] = []
+    # Where the whole table is one small sub-table, the two solves share its
+    # groupings (elsewhere they would be held for the whole solve).
+    small = enc.n_rows * len(layout.rec) <= max(lookahead_cells, _PYTHON_CELLS)
+    partitions: dict[bytes, _Partitions] | None = {} if small else None
     for w in ("value", "segment") if weigh == "best" else (weigh,):
         solver = _Solver(
             enc,
@@ -1027,6 +1058,7 @@ def ggr_encoded(
             min_hitcount=float(min_hitcount),
             lookahead_cells=lookahead_cells,
             weigh=w,
+            partitions=partitions,
         )
         gathered = solver.run()
         del solver  # its per-code caches go before the depth-first pass

@@ -31,6 +31,10 @@ from semframe.reorder._encode import IntArray, pack_positions, run_changes
 _CHUNK = 1 << 16
 """Sorted keys compared at a time in :func:`_extend`."""
 
+_PYTHON_CELLS = 512
+"""Up to this many segments the tree is built in plain Python (numpy's per-call
+cost dominates there: 7 us against 69 us for 8 prompts of 4 segments)."""
+
 
 def depth_first(segments: Codes) -> IntArray:
     """Stable depth-first permutation of prompts given as rows of segment codes.
@@ -61,6 +65,14 @@ def depth_first(segments: Codes) -> IntArray:
     n, m = segments.shape
     if n < 2 or m == 0:
         return np.arange(n, dtype=np.int64)
+    if n * m <= _PYTHON_CELLS:
+        return np.array(_depth_first_small(segments.tolist()), dtype=np.int64)
+    return _depth_first_arrays(segments)
+
+
+def _depth_first_arrays(segments: Codes) -> IntArray:
+    """:func:`depth_first` in numpy, a depth at a time (for at least two prompts)."""
+    n, m = segments.shape
     # A prompt's place is lexicographic in, at each depth, where its prefix of
     # that length first appears. ``rank`` keeps that order over the depths so
     # far as one dense number per prompt (not one array of positions per
@@ -149,3 +161,30 @@ def _dense(new: np.ndarray[Any, np.dtype[np.bool_]], dtype: np.dtype[Any]) -> Co
     np.cumsum(new, out=ids)
     ids -= 1
     return ids
+
+
+def _depth_first_small(rows: list[list[int]]) -> list[int]:
+    """:func:`depth_first` in plain Python: a tree of dicts, children in first-seen order.
+
+    Examples
+    --------
+    >>> _depth_first_small([[7, 1], [8, 2], [7, 3], [8, 2]])
+    [0, 2, 1, 3]
+    """
+    root: dict[int | None, Any] = {}
+    for p, row in enumerate(rows):
+        node = root
+        for code in row:
+            node = node.setdefault(code, {})
+        node.setdefault(None, []).append(p)  # a leaf: the prompts that end here, in order
+    out: list[int] = []
+
+    def walk(node: dict[int | None, Any]) -> None:
+        for code, child in node.items():
+            if code is None:
+                out.extend(child)
+            else:
+                walk(child)
+
+    walk(root)
+    return out
