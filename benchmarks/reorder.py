@@ -47,8 +47,8 @@ Writes ``benchmarks/results/reorder.json``.
 data tables and the long-tail tables (``benchmarks/results/reorder_units.json``):
 in characters, in ``o200k_base`` tokens (``semframe.cost.tokens``, offline),
 in whole 16-token KV blocks (vLLM's default) and at OpenAI's 1,024-token
-minimum and 128-token steps, for the file's order, GGR (its choice in
-characters, as without a backend), GGR with its choice made at each
+minimum and 128-token steps, for the file's order, GGR (in characters, as
+without a backend), GGR solved in the tokens with its choice made at each
 granularity (what the planner does for such a backend), and the reference
 when present. OpenAI is measured on the field segments alone and after an
 instruction block of ``--head`` tokens (default 1,024), which every prompt
@@ -564,11 +564,11 @@ def units_report(args: argparse.Namespace) -> dict[str, object]:
             ("file order", order(table, "none")),
             ("ggr (choice in characters)", ggr(table)),
             (
-                f"ggr, choice at OpenAI 1,024/128 after {head:,}-token head",
+                f"ggr for OpenAI (in tokens, choice at 1,024/128 after {head:,}-token head)",
                 order(table, "ggr", objective=Objective(OPENAI, o200k, head)),
             ),
             (
-                "ggr, choice at 16-token blocks",
+                "ggr for 16-token blocks (in tokens, choice at blocks)",
                 order(table, "ggr", objective=Objective(BLOCKS, o200k)),
             ),
         ]

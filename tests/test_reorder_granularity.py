@@ -137,7 +137,8 @@ def test_ggr_at_a_granularity_orders_a_permutation_and_keeps_the_better_solve(
     def at(ordering: Ordering) -> int:
         return served_tokens(_execution_codes(enc, ordering), units, g, head=head)
 
-    solves = [ggr(t, weigh=w) for w in ("value", "segment")]
+    # (The planner's path solves in the objective's tokens.)
+    solves = [ggr(t, weigh=w, tokenizer=_tok) for w in ("value", "segment")]
     assert at(via_order) == max(at(s) for s in solves)
 
 

@@ -76,7 +76,9 @@ def order(
     objective : Objective, optional
         What GGR's choice between its two solves counts: the backend's
         tokens at its cache's granularity (the planner passes the backend's
-        own); ``None``: segment units. Other methods ignore it.
+        own); ``None``: segment units. With its tokenizer (and no
+        ``tokenizer``), GGR also solves in those tokens: each value weighs
+        what its segment costs the cache. Other methods ignore it.
 
     Examples
     --------
@@ -92,6 +94,10 @@ def order(
     if method == "none":
         return Ordering.identity(table.n_rows, table.columns)
     if method == "ggr":
+        if tokenizer is None and objective is not None and objective.tokenizer is not None:
+            # The backend's tokens: on tables of short fields, characters
+            # misjudge what a token cache serves.
+            return ggr_encoded(encode(table, objective.tokenizer), objective=objective)
         return ggr_encoded(encode(table, tokenizer), objective=objective)
     if method == "stats":
         enc = encode(table, tokenizer)

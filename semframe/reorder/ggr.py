@@ -122,8 +122,9 @@ class Objective:
     granularity : Granularity
         The cache's units (the backend's cost model declares them).
     tokenizer : callable or None
-        Token count of a segment ``f"{column}: {value}\n"``; ``None``: the
-        encoding's units.
+        Token count of a segment ``f"{column}: {value}\n"`` (and, where
+        :func:`~semframe.reorder.order` solves in these tokens, of a value
+        and of a label ``f"{column}: \n"``); ``None``: the encoding's units.
     head : int
         Tokens in front of every prompt (instructions, chat framing).
     """

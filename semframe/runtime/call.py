@@ -123,10 +123,11 @@ def cache_capacity(settings: Mapping[str, Any], requests: int) -> Capacity | Non
 def _objective(
     model: CostModel, granularity: reorder.Granularity, rq: RelQuery
 ) -> Objective | None:
-    """Token counts of every distinct segment, in one call to the backend's tokenizer.
+    """Token counts of every distinct value and segment, in one call to the backend's tokenizer.
 
-    The segments are counted on first use: GGR asks only when its two solves
-    order the rows differently. ``None`` where no prompt can reach the cache's
+    They are counted on first use: GGR solves in these tokens (each value and
+    each field's label), and counts the segments when its two solves order
+    the rows differently. ``None`` where no prompt can reach the cache's
     minimum (its UTF-8 bytes bound its tokens, for a tokenizer that says so):
     the cache then serves neither solve anything and segment units decide, as
     without an objective, with nothing tokenized.
@@ -140,9 +141,12 @@ def _objective(
 
     @functools.cache
     def tokens() -> dict[str, int]:
-        table = rq.table
-        segments = list(dict.fromkeys(f"{f}: {v}\n" for f in rq.fields for v in table.coded(f)[0]))
-        return dict(zip(segments, (len(t) for t in encode(segments)), strict=True))
+        distinct = [(f, rq.table.coded(f)[0]) for f in rq.fields]
+        texts = [f"{f}: {v}\n" for f, values in distinct for v in values]
+        texts += [v for _, values in distinct for v in values]
+        texts += [f"{f}: \n" for f in rq.fields]
+        texts = list(dict.fromkeys(texts))
+        return dict(zip(texts, (len(t) for t in encode(texts)), strict=True))
 
     def count(text: str) -> int:
         found = tokens().get(text)
