@@ -176,10 +176,6 @@ _CANDIDATES = 1 << 14
 """Candidate groups of a split turned into Python values at a time."""
 
 
-_Partitions = dict[tuple[tuple[int, ...], int], list[tuple[int, list[int]]]]
-"""A small sub-table's groupings: (its rows, a column) -> (code, rows) for each group of >= 2."""
-
-
 class _Solver:
     """One GGR run over an encoded table (holds the per-run precomputations)."""
 
@@ -194,12 +190,8 @@ class _Solver:
         min_hitcount: float,
         lookahead_cells: int,
         weigh: str = "value",
-        partitions: dict[bytes, _Partitions] | None = None,
     ) -> None:
         self.enc = enc
-        # Small sub-tables' groupings by row set (what the solves of one table
-        # can share: they depend on the codes alone), or None to keep none.
-        self.partitions = partitions
         self.max_depth = max_depth
         self.max_groups = max_groups
         self.min_hitcount = min_hitcount
@@ -537,7 +529,7 @@ class _Solver:
         return out
 
 
-_Group = tuple[float, int, int, list[int]]  # (HITCOUNT, column, code, local row positions)
+_Group = tuple[float, int, int, int]  # (HITCOUNT, column, code, local rows as a bit mask)
 
 
 class _Small:
@@ -562,12 +554,9 @@ class _Small:
         size = node.rows.size
         self.dead = frozenset(c for c, col in self.data.items() if len(set(col)) == size)
         self.sq = solver._sq_py
-        self.memo: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}
-        self.groups_memo: dict[tuple[tuple[int, ...], tuple[int, ...]], list[_Group]] = {}
-        shared = solver.partitions  # kept only where both solves share them (tiny tables)
-        self.partitions: _Partitions | None = (
-            None if shared is None else shared.setdefault(node.rows.tobytes(), {})
-        )
+        self._masks: dict[int, list[tuple[int, int]]] | None = None
+        self.memo: dict[tuple[int, tuple[int, ...]], float] = {}
+        self.groups_memo: dict[tuple[int, tuple[int, ...]], list[_Group]] = {}
 
     def solve(self) -> list[_Node | _Emit]:
         out: list[_Node | _Emit] = []
@@ -596,75 +585,86 @@ class _Small:
                 rest.append(c)
         return tuple(fixed), tuple(rest), value
 
-    def _groups(self, idx: list[int], cols: tuple[int, ...]) -> list[_Group]:
-        """Groups of >= 2 rows, in tie-break order (statistics rank, then value)."""
-        key = (tuple(idx), cols)
+    @property
+    def masks(self) -> dict[int, list[tuple[int, int]]]:
+        """Each grouping column's rows by code, codes ascending, as bit masks (bit i: row i).
+
+        The lookahead works on sets of local rows as masks; built on its first use.
+        """
+        if self._masks is None:
+            self._masks = {}
+            for c, col in self.data.items():
+                if c not in self.dead:
+                    by_code: dict[int, int] = {}
+                    for i, code in enumerate(col):
+                        by_code[code] = by_code.get(code, 0) | 1 << i
+                    self._masks[c] = sorted(by_code.items())
+        return self._masks
+
+    def _groups(self, rows: int, cols: tuple[int, ...]) -> list[_Group]:
+        """Groups of >= 2 of ``rows`` (a mask), in tie-break order (statistics rank, then value)."""
+        key = (rows, cols)
         got = self.groups_memo.get(key)
         if got is None:
-            got = self.groups_memo[key] = self._find_groups(idx, cols)
+            got = self.groups_memo[key] = self._find_groups(rows, cols)
         return got
 
-    def _find_groups(self, idx: list[int], cols: tuple[int, ...]) -> list[_Group]:
+    def _find_groups(self, rows: int, cols: tuple[int, ...]) -> list[_Group]:
         out: list[_Group] = []
         solver = self.solver
         colset = set(cols) if solver.deps else set()
-        dead = self.dead
-        rows = tuple(idx)
+        sq = self.sq
         for c in cols:
-            if c in dead:
-                continue
-            parts = self._partition(rows, c)
-            if not parts:
+            by_code = self.masks.get(c)
+            if by_code is None:  # all distinct here
                 continue
             present = tuple(b for b in solver.deps.get(c, ()) if b in colset)
             extra = solver._extra_list(c, present) if present else None
             base = solver.offsets[c]
-            for code, members in parts:
-                w = self.sq[code] + (extra[code - base] if extra is not None else 0.0)
-                out.append((w * (len(members) - 1), c, code, members))
+            for code, mask in by_code:
+                members = mask & rows
+                count = members.bit_count()
+                if count >= 2:
+                    w = sq[code] + (extra[code - base] if extra is not None else 0.0)
+                    out.append((w * (count - 1), c, code, members))
         return out
 
-    def _partition(self, rows: tuple[int, ...], c: int) -> list[tuple[int, list[int]]]:
-        """The groups of >= 2 of ``rows`` by their value in column ``c``, by code.
+    def _strip_mask(self, rows: int, cols: tuple[int, ...]) -> tuple[tuple[int, ...], float]:
+        """The columns of ``cols`` not constant on ``rows`` (a mask), and the constant ones' PHC."""
+        rest: list[int] = []
+        value = 0.0
+        count = rows.bit_count()
+        for c in cols:
+            by_code = self.masks.get(c)
+            if by_code is not None:
+                whole = [code for code, mask in by_code if mask & rows == rows]
+                if whole:
+                    value += self.sq[whole[0]] * (count - 1)
+                    continue
+            rest.append(c)
+        return tuple(rest), value
 
-        Weights play no part, so both solves of ``weigh="best"`` share them
-        (:attr:`_Solver.partitions`).
-        """
-        key = (rows, c)
-        got = self.partitions.get(key) if self.partitions is not None else None
-        if got is None:
-            values = list(map(self.data[c].__getitem__, rows))
-            by_code: dict[int, list[int]] = {}
-            if len(set(values)) < len(values):  # else no group: all distinct
-                for v, i in zip(values, rows, strict=True):
-                    by_code.setdefault(v, []).append(i)
-            got = [(code, by_code[code]) for code in sorted(by_code) if len(by_code[code]) >= 2]
-            if self.partitions is not None:
-                self.partitions[key] = got
-        return got
-
-    def _greedy_value(self, idx: list[int], cols: tuple[int, ...]) -> float:
+    def _greedy_value(self, rows: int, cols: tuple[int, ...]) -> float:
         """PHC the plain greedy reaches on a sub-table (no tail, no limits but min_hitcount)."""
-        if len(idx) < 2 or not cols:
+        if rows.bit_count() < 2 or not cols:
             return 0.0
-        key = (tuple(idx), cols)
+        key = (rows, cols)
         got = self.memo.get(key)
         if got is not None:
             return got
-        _, cols_left, value = self._strip(idx, cols)
-        rows = idx
-        while len(rows) >= 2 and cols_left:
+        cols_left, value = self._strip_mask(rows, cols)
+        left = rows
+        while cols_left and left.bit_count() >= 2:
             best: _Group | None = None
-            for cand in self._groups(rows, cols_left):
+            for cand in self._groups(left, cols_left):
                 if best is None or cand[0] > best[0]:
                     best = cand
             if best is None or best[0] <= self.solver.min_hitcount:
                 break
             _, c, code, members = best
-            value += self.sq[code] * (len(members) - 1)
+            value += self.sq[code] * (members.bit_count() - 1)
             value += self._greedy_value(members, tuple(x for x in cols_left if x != c))
-            taken = set(members)
-            rows = [r for r in rows if r not in taken]
+            left &= ~members
         self.memo[key] = value
         return value
 
@@ -778,29 +778,30 @@ class _Small:
         """The A-chain with each pick chosen by a one-step rollout."""
         solver = self.solver
         picks: list[tuple[int, list[int]]] = []
-        while len(idx) >= 2:
-            cands = [g for g in self._groups(idx, cols) if g[0] > solver.min_hitcount]
+        left = 0
+        for i in idx:
+            left |= 1 << i
+        while left.bit_count() >= 2:
+            cands = [g for g in self._groups(left, cols) if g[0] > solver.min_hitcount]
             if not cands:
                 break
             best = cands[0]
             best_key: tuple[float, float] | None = None
             for cand in cands if len(cands) > 1 else ():
                 hc, c, code, members = cand
-                taken = set(members)
                 estimate = (
-                    self.sq[code] * (len(members) - 1)
+                    self.sq[code] * (members.bit_count() - 1)
                     + self._greedy_value(members, tuple(x for x in cols if x != c))
-                    + self._greedy_value([i for i in idx if i not in taken], cols)
+                    + self._greedy_value(left & ~members, cols)
                 )
                 if best_key is None or (estimate, hc) > best_key:
                     best_key, best = (estimate, hc), cand
             _, c, _, members = best
-            picks.append((c, members))
-            taken = set(members)
-            idx = [i for i in idx if i not in taken]
+            picks.append((c, _positions(members)))
+            left &= ~members
             if solver.max_groups is not None and len(picks) >= solver.max_groups:
                 break
-        return picks, idx
+        return picks, _positions(left)
 
     def _fallback(
         self, idx: list[int], cols: tuple[int, ...], tail: tuple[int, ...], prefix: tuple[int, ...]
@@ -811,6 +812,24 @@ class _Small:
             keys = zip(*(list(map(self.data[c].__getitem__, idx)) for c in order), strict=True)
             idx = [i for _, i in sorted(zip(keys, idx, strict=True))]
         return self._emit(idx, prefix + order)
+
+
+def _positions(mask: int) -> list[int]:
+    """The set bits of ``mask``, ascending.
+
+    Examples
+    --------
+    >>> _positions(0b10110)
+    [1, 2, 4]
+    """
+    out: list[int] = []
+    i = 0
+    while mask:
+        if mask & 1:
+            out.append(i)
+        mask >>= 1
+        i += 1
+    return out
 
 
 def _check_params(
@@ -1045,10 +1064,6 @@ def ggr_encoded(
         # skipped (FDs only sharpen the scores, the ordering stays valid).
         effective = list(dict.fromkeys([*effective, *fd_pairs(enc, layout.rec)]))
     results: list[_DepthFirst] = []
-    # Where the whole table is one small sub-table, the two solves share its
-    # groupings (elsewhere they would be held for the whole solve).
-    small = enc.n_rows * len(layout.rec) <= max(lookahead_cells, _PYTHON_CELLS)
-    partitions: dict[bytes, _Partitions] | None = {} if small else None
     for w in ("value", "segment") if weigh == "best" else (weigh,):
         solver = _Solver(
             enc,
@@ -1059,7 +1074,6 @@ def ggr_encoded(
             min_hitcount=float(min_hitcount),
             lookahead_cells=lookahead_cells,
             weigh=w,
-            partitions=partitions,
         )
         gathered = solver.run()
         del solver  # its per-code caches go before the depth-first pass
