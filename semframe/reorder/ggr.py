@@ -65,8 +65,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -530,6 +532,7 @@ class _Solver:
 
 
 _Group = tuple[float, int, int, int]  # (HITCOUNT, column, code, local rows as a bit mask)
+_hitcount = operator.itemgetter(0)
 
 
 class _Small:
@@ -611,22 +614,28 @@ class _Small:
 
     def _find_groups(self, rows: int, cols: tuple[int, ...]) -> list[_Group]:
         out: list[_Group] = []
-        solver = self.solver
-        colset = set(cols) if solver.deps else set()
-        sq = self.sq
+        solver, deps, masks, sq = self.solver, self.solver.deps, self.masks, self.sq
+        colset = set(cols) if deps else set()
         for c in cols:
-            by_code = self.masks.get(c)
+            by_code = masks.get(c)
             if by_code is None:  # all distinct here
                 continue
-            present = tuple(b for b in solver.deps.get(c, ()) if b in colset)
-            extra = solver._extra_list(c, present) if present else None
-            base = solver.offsets[c]
+            present = tuple(b for b in deps.get(c, ()) if b in colset) if deps else ()
+            if present:
+                extra = solver._extra_list(c, present)
+                base = solver.offsets[c]
+                for code, mask in by_code:
+                    members = mask & rows
+                    count = members.bit_count()
+                    if count >= 2:
+                        w = sq[code] + extra[code - base]
+                        out.append((w * (count - 1), c, code, members))
+                continue
             for code, mask in by_code:
                 members = mask & rows
                 count = members.bit_count()
                 if count >= 2:
-                    w = sq[code] + (extra[code - base] if extra is not None else 0.0)
-                    out.append((w * (count - 1), c, code, members))
+                    out.append((sq[code] * (count - 1), c, code, members))
         return out
 
     def _strip_mask(self, rows: int, cols: tuple[int, ...]) -> tuple[tuple[int, ...], float]:
@@ -634,14 +643,14 @@ class _Small:
         rest: list[int] = []
         value = 0.0
         count = rows.bit_count()
+        masks = self.masks
         for c in cols:
-            by_code = self.masks.get(c)
-            if by_code is not None:
-                whole = [code for code, mask in by_code if mask & rows == rows]
-                if whole:
-                    value += self.sq[whole[0]] * (count - 1)
-                    continue
-            rest.append(c)
+            for code, mask in masks.get(c, ()):
+                if rows & ~mask == 0:  # every row holds this value
+                    value += self.sq[code] * (count - 1)
+                    break
+            else:
+                rest.append(c)
         return tuple(rest), value
 
     def _greedy_value(self, rows: int, cols: tuple[int, ...]) -> float:
@@ -655,11 +664,11 @@ class _Small:
         cols_left, value = self._strip_mask(rows, cols)
         left = rows
         while cols_left and left.bit_count() >= 2:
-            best: _Group | None = None
-            for cand in self._groups(left, cols_left):
-                if best is None or cand[0] > best[0]:
-                    best = cand
-            if best is None or best[0] <= self.solver.min_hitcount:
+            groups = self._groups(left, cols_left)
+            if not groups:
+                break
+            best = max(groups, key=_hitcount)  # the first of the best
+            if best[0] <= self.solver.min_hitcount:
                 break
             _, c, code, members = best
             value += self.sq[code] * (members.bit_count() - 1)
@@ -943,6 +952,41 @@ class _Gatherer:
         return _Gathered(self.rows, order_of, tuple(self.ids))
 
 
+def _segment_codes(
+    enc: Encoded, rows: Codes, order_of: Codes, orders: Sequence[tuple[int, ...]]
+) -> Codes:
+    """Each prompt's global segment codes (n x m), from its row and its field order's number.
+
+    In 4 bytes where they fit, built a depth and a column at a time (not an
+    n x m array of 8-byte codes and another of offsets); in plain Python up
+    to :data:`_PYTHON_CELLS` cells, where numpy's per-call cost would dominate.
+    """
+    m = enc.n_columns
+    offsets = list(itertools.accumulate(enc.cardinalities[:-1], initial=0))[:m]
+    dtype = np.int64 if sum(enc.cardinalities) >= 2**31 else np.int32
+    if rows.size * m <= _PYTHON_CELLS:
+        codes = [enc.codes[c][rows].tolist() for c in range(m)]
+        cells = [
+            [codes[c][i] + offsets[c] for c in orders[o]] for i, o in enumerate(order_of.tolist())
+        ]
+        return cast("Codes", np.array(cells, dtype=dtype).reshape(rows.size, m))
+    columns = np.array(list(orders), dtype=np.int8 if m < 128 else np.int64)
+    columns = columns.reshape(len(orders), m)  # column numbers: a byte where they fit
+    segments = np.empty((rows.size, m), dtype=dtype)
+    for k in range(m):
+        here = np.unique(columns[:, k]).tolist()  # the columns rendered at depth k
+        if len(here) == 1:
+            c = here[0]
+            np.add(enc.codes[c][rows], offsets[c], out=segments[:, k], dtype=segments.dtype)
+            continue
+        at = columns[order_of, k]
+        for c in here:
+            sel = np.flatnonzero(at == c)
+            segments[sel, k] = np.add(enc.codes[c][rows[sel]], offsets[c], dtype=np.int64)
+        del at, sel
+    return segments
+
+
 class _DepthFirst:
     """Blocks of rows put in depth-first order, with their prompts' segment codes."""
 
@@ -950,27 +994,9 @@ class _DepthFirst:
         self.enc = enc
         rows_all, row_order = gathered.rows, gathered.order_of
         order_ids = gathered.orders
-        m = enc.n_columns
-        small = np.int8 if m < 128 else np.int64  # column numbers: a byte where they fit
-        orders = np.array(list(order_ids), dtype=small).reshape(len(order_ids), m)
-        offsets = list(itertools.accumulate(enc.cardinalities[:-1], initial=0))[:m]
-        # Global codes in 4 bytes where they fit, built a depth and a column at
-        # a time (not an n x m array of 8-byte codes and another of offsets).
-        wide = sum(enc.cardinalities) >= 2**31
-        segments = np.empty((rows_all.size, m), dtype=np.int64 if wide else np.int32)
-        for k in range(m):
-            here = np.unique(orders[:, k]).tolist()  # the columns rendered at depth k
-            if len(here) == 1:
-                c = here[0]
-                np.add(enc.codes[c][rows_all], offsets[c], out=segments[:, k], dtype=segments.dtype)
-                continue
-            at = orders[row_order, k]
-            for c in here:
-                sel = np.flatnonzero(at == c)
-                segments[sel, k] = np.add(enc.codes[c][rows_all[sel]], offsets[c], dtype=np.int64)
-            del at, sel
+        segments = _segment_codes(enc, rows_all, row_order, order_ids)
         perm = depth_first(segments)
-        for k in range(m):  # permuted in place, a column at a time (no second n x m array)
+        for k in range(enc.n_columns):  # permuted in place, a column at a time (not n x m again)
             segments[:, k] = segments[perm, k]
         self.segments: IntArray | None = segments
         self._served: int | None = None
