@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, TypeVar, overload
 
@@ -79,11 +80,12 @@ class FieldOrders(Sequence[tuple[str, ...]]):
         return f"FieldOrders({tuple(self)!r})"
 
 
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class Ordering:
     """Execution order of a relQuery's rows and of each row's fields.
 
-    Immutable; held as arrays (see the module docstring), so a million-row
-    ordering takes a few megabytes, not a Python tuple per row.
+    A frozen value held as arrays (see the module docstring), so a
+    million-row ordering takes a few megabytes, not a Python tuple per row.
 
     Parameters
     ----------
@@ -115,11 +117,10 @@ class Ordering:
     ([2, 0, 1], (('a', 'b'), ('b', 'a')), [0, 1, 0])
     """
 
-    __slots__ = ("_fields", "_order_of", "_orders", "_rows")
-    _rows: Codes
-    _orders: tuple[tuple[str, ...], ...]
-    _order_of: Codes
-    _fields: FieldOrders
+    rows: Codes
+    orders: tuple[tuple[str, ...], ...]
+    order_of: Codes
+    _fields: FieldOrders = field(compare=False)
 
     def __init__(self, rows: Sequence[int], fields: Sequence[tuple[str, ...]]) -> None:
         if len(rows) != len(fields):
@@ -140,14 +141,10 @@ class Ordering:
     def _set(self, rows: Codes, orders: tuple[tuple[str, ...], ...], order_of: Codes) -> None:
         rows.flags.writeable = False
         order_of.flags.writeable = False
-        object.__setattr__(self, "_rows", rows)
-        object.__setattr__(self, "_orders", orders)
-        object.__setattr__(self, "_order_of", order_of)
+        object.__setattr__(self, "rows", rows)  # frozen: set once, here
+        object.__setattr__(self, "orders", orders)
+        object.__setattr__(self, "order_of", order_of)
         object.__setattr__(self, "_fields", FieldOrders(orders, order_of))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        msg = f"Ordering is immutable; cannot set {name!r}."
-        raise AttributeError(msg)
 
     @classmethod
     def from_arrays(
@@ -195,56 +192,39 @@ class Ordering:
         return out
 
     @property
-    def rows(self) -> Codes:
-        """The rows in execution order, a read-only array."""
-        return self._rows
-
-    @property
     def fields(self) -> FieldOrders:
         """Each executed row's field order."""
         return self._fields
 
-    @property
-    def orders(self) -> tuple[tuple[str, ...], ...]:
-        """The distinct field orders."""
-        return self._orders
-
-    @property
-    def order_of(self) -> Codes:
-        """For each executed row, the number of its field order in :attr:`orders`."""
-        return self._order_of
-
     def __len__(self) -> int:
-        return int(self._rows.size)
+        return int(self.rows.size)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Ordering):
             return NotImplemented
-        if not np.array_equal(self._rows, other._rows):
+        if not np.array_equal(self.rows, other.rows):
             return False
-        if self._orders == other._orders:
-            return bool(np.array_equal(self._order_of, other._order_of))
+        if self.orders == other.orders:
+            return bool(np.array_equal(self.order_of, other.order_of))
         number: dict[tuple[str, ...], int] = {}
-        mine = np.array([number.setdefault(f, len(number)) for f in self._orders], np.int64)
-        theirs = np.array([number.setdefault(f, len(number)) for f in other._orders], np.int64)
-        mine_of = mine[self._order_of] if mine.size else self._order_of
-        theirs_of = theirs[other._order_of] if theirs.size else other._order_of
+        mine = np.array([number.setdefault(f, len(number)) for f in self.orders], np.int64)
+        theirs = np.array([number.setdefault(f, len(number)) for f in other.orders], np.int64)
+        mine_of = mine[self.order_of] if mine.size else self.order_of
+        theirs_of = theirs[other.order_of] if theirs.size else other.order_of
         return bool(np.array_equal(mine_of, theirs_of))
 
     def __hash__(self) -> int:
-        return hash((self._rows.astype(np.int64).tobytes(), tuple(self.fields)))
+        return hash((self.rows.astype(np.int64).tobytes(), tuple(self.fields)))
 
     def __repr__(self) -> str:
         n = len(self)
         if n <= 8:
-            return f"Ordering(rows={tuple(self._rows.tolist())!r}, fields={tuple(self.fields)!r})"
-        head = ", ".join(map(str, self._rows[:4].tolist()))
-        return (
-            f"Ordering(rows=({head}, ...), {n:,} rows, {len(self._orders)} distinct field orders)"
-        )
+            return f"Ordering(rows={tuple(self.rows.tolist())!r}, fields={tuple(self.fields)!r})"
+        head = ", ".join(map(str, self.rows[:4].tolist()))
+        return f"Ordering(rows=({head}, ...), {n:,} rows, {len(self.orders)} distinct field orders)"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        arrays = np.asarray(self._rows), self._orders, np.asarray(self._order_of)
+        arrays = np.asarray(self.rows), self.orders, np.asarray(self.order_of)
         return (Ordering.from_arrays, arrays)
 
     @classmethod
@@ -284,7 +264,7 @@ class Ordering:
         """
         at = np.asarray(positions, dtype=np.int64)
         return Ordering.from_arrays(
-            np.arange(at.size, dtype=np.int64), self._orders, self._order_of[at]
+            np.arange(at.size, dtype=np.int64), self.orders, self.order_of[at]
         )
 
     def inverse(self) -> Codes:
@@ -297,7 +277,7 @@ class Ordering:
         """
         n = len(self)
         inv = np.full(n, -1, dtype=np.int64)
-        inv[self._rows] = np.arange(n, dtype=np.int64)
+        inv[self.rows] = np.arange(n, dtype=np.int64)
         return inv
 
     def restore(self, values: Sequence[T]) -> list[T]:
@@ -330,12 +310,12 @@ class Ordering:
             If ``rows`` is not a permutation of ``range(n_rows)`` or a field
             order is not a permutation of ``fields``.
         """
-        if len(self) != n_rows or not _is_permutation(self._rows):
+        if len(self) != n_rows or not _is_permutation(self.rows):
             msg = f"Ordering.rows is not a permutation of range({n_rows})."
             raise SemframeError(msg)
         want = sorted(fields)
-        used = np.bincount(self._order_of, minlength=len(self._orders)) if n_rows else ()
-        for f, count in zip(self._orders, used, strict=False):  # the orders some row takes
+        used = np.bincount(self.order_of, minlength=len(self.orders)) if n_rows else ()
+        for f, count in zip(self.orders, used, strict=False):  # the orders some row takes
             if count and sorted(f) != want:
                 msg = f"Ordering field order {f!r} is not a permutation of {tuple(fields)!r}."
                 raise SemframeError(msg)

@@ -558,6 +558,7 @@ class _Small:
         self.dead = frozenset(c for c, col in self.data.items() if len(set(col)) == size)
         self.sq = solver._sq_py
         self._masks: dict[int, list[tuple[int, int]]] | None = None
+        self._mask_of: dict[int, dict[int, int]] = {}
         self.memo: dict[tuple[int, tuple[int, ...]], float] = {}
         self.groups_memo: dict[tuple[int, tuple[int, ...]], list[_Group]] = {}
 
@@ -602,7 +603,15 @@ class _Small:
                     for i, code in enumerate(col):
                         by_code[code] = by_code.get(code, 0) | 1 << i
                     self._masks[c] = sorted(by_code.items())
+                    self._mask_of[c] = by_code
         return self._masks
+
+    @property
+    def mask_of(self) -> dict[int, dict[int, int]]:
+        """:attr:`masks` by column and code (for a lookup, not a scan)."""
+        if self._masks is None:
+            _ = self.masks
+        return self._mask_of
 
     def _groups(self, rows: int, cols: tuple[int, ...]) -> list[_Group]:
         """Groups of >= 2 of ``rows`` (a mask), in tie-break order (statistics rank, then value)."""
@@ -643,14 +652,16 @@ class _Small:
         rest: list[int] = []
         value = 0.0
         count = rows.bit_count()
-        masks = self.masks
+        masks, data = self.mask_of, self.data
+        first = (rows & -rows).bit_length() - 1  # the lowest row: its value is the one to check
         for c in cols:
-            for code, mask in masks.get(c, ()):
-                if rows & ~mask == 0:  # every row holds this value
+            of = masks.get(c)
+            if of is not None:
+                code = data[c][first]
+                if rows & ~of[code] == 0:  # every row holds this value
                     value += self.sq[code] * (count - 1)
-                    break
-            else:
-                rest.append(c)
+                    continue
+            rest.append(c)
         return tuple(rest), value
 
     def _greedy_value(self, rows: int, cols: tuple[int, ...]) -> float:
