@@ -593,6 +593,8 @@ class _Small:
     def masks(self) -> dict[int, list[tuple[int, int]]]:
         """Each grouping column's rows by code, codes ascending, as bit masks (bit i: row i).
 
+        Only values held by two rows or more: the others never group.
+
         The lookahead works on sets of local rows as masks; built on its first use.
         """
         if self._masks is None:
@@ -602,7 +604,8 @@ class _Small:
                     by_code: dict[int, int] = {}
                     for i, code in enumerate(col):
                         by_code[code] = by_code.get(code, 0) | 1 << i
-                    self._masks[c] = sorted(by_code.items())
+                    # A value held by one row here groups no subset of these rows.
+                    self._masks[c] = sorted(x for x in by_code.items() if x[1].bit_count() > 1)
                     self._mask_of[c] = by_code
         return self._masks
 
