@@ -559,6 +559,7 @@ class _Small:
         self.sq = solver._sq_py
         self._masks: dict[int, list[tuple[int, int]]] | None = None
         self._mask_of: dict[int, dict[int, int]] = {}
+        self._scans: dict[tuple[int, ...], list[tuple[int, list[tuple[int, int, float]]]]] = {}
         self.memo: dict[tuple[int, tuple[int, ...]], float] = {}
         self.groups_memo: dict[tuple[int, tuple[int, ...]], list[_Group]] = {}
 
@@ -626,29 +627,38 @@ class _Small:
 
     def _find_groups(self, rows: int, cols: tuple[int, ...]) -> list[_Group]:
         out: list[_Group] = []
-        solver, deps, masks, sq = self.solver, self.solver.deps, self.masks, self.sq
-        colset = set(cols) if deps else set()
-        for c in cols:
-            by_code = masks.get(c)
-            if by_code is None:  # all distinct here
-                continue
-            present = tuple(b for b in deps.get(c, ()) if b in colset) if deps else ()
-            if present:
-                extra = solver._extra_list(c, present)
-                base = solver.offsets[c]
-                for code, mask in by_code:
-                    members = mask & rows
-                    count = members.bit_count()
-                    if count >= 2:
-                        w = sq[code] + extra[code - base]
-                        out.append((w * (count - 1), c, code, members))
-                continue
-            for code, mask in by_code:
+        for c, entries in self._scan(cols):
+            for code, mask, weight in entries:
                 members = mask & rows
                 count = members.bit_count()
                 if count >= 2:
-                    out.append((sq[code] * (count - 1), c, code, members))
+                    out.append((weight * (count - 1), c, code, members))
         return out
+
+    def _scan(self, cols: tuple[int, ...]) -> list[tuple[int, list[tuple[int, int, float]]]]:
+        """Each grouping column of ``cols`` with its values' (code, rows, weight), once per cols.
+
+        A value's weight is its squared length plus what the columns it
+        determines add while they are among ``cols`` (the numpy path's weights).
+        """
+        got = self._scans.get(cols)
+        if got is not None:
+            return got
+        solver, deps, masks, sq = self.solver, self.solver.deps, self.masks, self.sq
+        colset = set(cols)
+        got = []
+        for c in cols:
+            by_code = masks.get(c)
+            if not by_code:  # all distinct here
+                continue
+            present = tuple(b for b in deps.get(c, ()) if b in colset)
+            if present:
+                extra, base = solver._extra_list(c, present), solver.offsets[c]
+                got.append((c, [(k, m, sq[k] + extra[k - base]) for k, m in by_code]))
+            else:
+                got.append((c, [(k, m, sq[k]) for k, m in by_code]))
+        self._scans[cols] = got
+        return got
 
     def _strip_mask(self, rows: int, cols: tuple[int, ...]) -> tuple[tuple[int, ...], float]:
         """The columns of ``cols`` not constant on ``rows`` (a mask), and the constant ones' PHC."""
