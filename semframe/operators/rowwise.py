@@ -520,7 +520,7 @@ def _calibrated_first(plan: Plan, calibration: RelQuery) -> Plan:
     old = plan.ordering  # the calibration rows first, in the first row's field order
     first = int(old.order_of[0]) if len(old) else 0
     ordering = Ordering.from_arrays(
-        np.concatenate([np.arange(k), old.rows + k]),
+        np.concatenate([np.arange(k), old.rows.astype(np.int64) + k]),
         old.orders or (tuple(rq.fields),),
         np.concatenate([np.full(k, first, dtype=old.order_of.dtype), old.order_of]),
     )
