@@ -1,7 +1,8 @@
 """Run the GGR authors' QuickGreedy on a CSV; print the reordered prompts as JSON.
 
-Runs in the reference's own environment (pandas and networkx), never semframe's:
-``benchmarks/reorder.py --reference DIR`` calls it as
+Runs in the reference's own environment (pandas and networkx; pyspark and PyYAML
+too, which the authors' ``src/core/utils.py`` imports though the solver uses
+neither), never semframe's: ``benchmarks/reorder.py --reference DIR`` calls it as
 
     PYTHON benchmarks/ggr_reference_runner.py DIR table.csv out.json [--merge a,b]
 

@@ -25,7 +25,8 @@ Tables:
 With the GGR authors' code present (``--reference DIR``, default
 ``$SEMFRAME_GGR_REFERENCE`` or ``../ggr-reference``: a folder holding their
 ``src/core/algos/quick_greedy.py`` and ``solver.py`` with a Python environment
-that has pandas and networkx, ``DIR/.venv`` unless ``--reference-python``),
+that has pandas, networkx, pyspark and PyYAML (the last two only imported),
+``DIR/.venv`` unless ``--reference-python``),
 each table up to ``--reference-max-rows`` rows is also ordered by their
 QuickGreedy, run in that environment by ``benchmarks/ggr_reference_runner.py``
 on the same labeled segments; otherwise that row is skipped and says so.
