@@ -11,7 +11,10 @@ from test_reorder_helpers import prompts, ref_hit_rate, seg, tables, tables_with
 from semframe.backends import cost_model
 from semframe.config import config
 from semframe.core.ordering import Ordering
+from semframe.core.parse import TEXT
+from semframe.core.plan import RelQuery
 from semframe.core.table import Table
+from semframe.core.template import parse_template
 from semframe.cost.models import BlockCost, SlotCost
 from semframe.errors import ConfigError
 from semframe.reorder import Granularity, Objective, ggr, hit_rate, order, served_tokens
@@ -24,6 +27,7 @@ from semframe.reorder.metrics import (
     served_units,
     shared_prefixes,
 )
+from semframe.runtime.call import _objective
 
 
 def _tok(text: str) -> int:
@@ -165,6 +169,34 @@ def test_cost_models_declare_their_granularity() -> None:
     assert claude.granularity.breakpoints is not None
     assert BlockCost("m", lambda ts: [1] * len(ts), 1, "vllm").granularity == Granularity(step=16)
     assert SlotCost("m", lambda ts: [1] * len(ts), 1, "llama.cpp").granularity == TOKEN
+
+
+def test_the_planner_solves_in_the_backends_tokens_counted_in_one_batch() -> None:
+    # Short shared fields under long labels: characters and tokens weigh them differently.
+    t = Table.from_columns(
+        {
+            "review/appearance": ["4.0", "4.0", "3.5", "3.5", "4.0", "3.5"],
+            "review/aroma": ["4.0", "4.0", "3.5", "3.5", "4.0", "4.0"],
+            "beer": ["Alpha Ale", "Beta", "Alpha Ale", "Gamma", "Beta", "Alpha Ale"],
+        }
+    )
+    calls: list[int] = []
+
+    def count(texts: list[str]) -> list[int]:
+        calls.append(len(texts))
+        return [_tok(text) for text in texts]
+
+    model = BlockCost("m", count, 1, "vllm")
+    template = parse_template("Rate {beer}: {review/appearance}, {review/aroma}")
+    rq = RelQuery("map", template, t.select(template.fields), TEXT)
+    objective = _objective(model, model.granularity, rq)
+    assert objective is not None
+    made = len(calls)  # the instructions, counted when the objective is made
+    planned = order(rq.table, "ggr", objective=objective)
+    # What ggr() does with the same tokenizer: values, labels and segments in its tokens.
+    alone = ggr(rq.table, tokenizer=_tok, granularity=model.granularity, head=objective.head)
+    assert planned == alone
+    assert len(calls) == made + 1  # every value, label and segment in one call
 
 
 def test_a_granularity_reaching_nothing_leaves_the_choice_to_segment_units() -> None:
