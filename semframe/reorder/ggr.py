@@ -1024,24 +1024,21 @@ class _DepthFirst:
             segments[:, k] = segments[perm, k]
         self.segments: IntArray | None = segments
         self._served: int | None = None
-        # Kept until one solve is chosen: rows in 4 bytes where they fit.
-        self.rows: Codes = rows_all[perm].astype(np.int32 if perm.size < 2**31 else np.int64)
-        self.order_of = row_order[perm]
-        self.names = [tuple(enc.columns[j] for j in order) for order in order_ids]
+        # Kept until one solve is chosen (arrays: rows in 4 bytes where they fit).
+        self.order = Ordering.from_arrays(
+            rows_all[perm].astype(np.int32 if perm.size < 2**31 else np.int64),
+            [tuple(enc.columns[j] for j in order) for order in order_ids],
+            row_order[perm],
+        )
 
     def ordering(self) -> Ordering:
         """The rows and field orders as an :class:`Ordering` (the segment codes released first)."""
         self.segments = None
-        return Ordering.from_arrays(self.rows, self.names, self.order_of)
+        return self.order
 
     def same_as(self, other: _DepthFirst) -> bool:
-        """Whether ``other`` is the same ordering (compared as arrays: nothing is built)."""
-        if not np.array_equal(self.rows, other.rows):
-            return False
-        ids: dict[tuple[str, ...], int] = {}
-        mine = np.array([ids.setdefault(n, len(ids)) for n in self.names], dtype=np.int64)
-        theirs = np.array([ids.setdefault(n, len(ids)) for n in other.names], dtype=np.int64)
-        return bool(np.array_equal(mine[self.order_of], theirs[other.order_of]))
+        """Whether ``other`` is the same ordering."""
+        return self.order == other.order
 
     def served(self) -> int:
         """Segment units (characters or tokens) a previous-prompt cache serves."""
