@@ -437,3 +437,20 @@ def test_summary_of_a_run_the_cache_answered_whole() -> None:
     partly = stats(12, 7, 5)  # some sent: the figures, and how many the cache gave
     assert "12 rows, 7 requests" in partly and "; 5 from the result cache" in partly
     assert "nothing was sent" not in partly
+
+
+def test_a_later_answer_for_a_key_replaces_an_earlier_one_in_the_same_write(
+    tmp_path: Path,
+) -> None:
+    # Both answers are queued before the writer takes them (it takes under the
+    # condition held here), so one transaction writes both: the later is stored,
+    # whatever the order of their texts.
+    fake = FakeBackend()
+    with ResultCache(tmp_path / "c.sqlite") as cache:
+        for texts in (["b", "a"], ["a", "b"]):
+            key = f"key-{texts[-1]}"
+            with cache._cond:
+                for text in texts:
+                    cache.put(key, fake, Completion(0, text, Usage(1, 0, 0, 1)))
+            cache.flush()
+            assert cache.get_many([key])[key].text == texts[-1]

@@ -74,6 +74,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import operator
 import os
 import sqlite3
 import threading
@@ -230,6 +231,11 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> Non
             statement = _INSERT_INTO + ",".join([_INSERT_ROW] * len(chunk)) + _UPSERT
         db.execute(statement, [value for row in chunk for value in row])
 
+
+_row_key = operator.itemgetter(0)
+"""An answer's key in its row: rows are sorted by it alone, stably, so of two answers
+for one key the later is written last and kept (a sort of whole rows would order
+them by their text)."""
 
 _INSERT_CALL = (
     "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
@@ -1033,7 +1039,7 @@ class ResultCache:
         Stops at the first single answer that does not fit (the disk is full);
         returns what was not stored. Bookkeeping that does not fit is dropped.
         """
-        rows = sorted(work.rows)
+        rows = sorted(work.rows, key=_row_key)
         left: list[tuple[Any, ...]] = []
         parts = deque([rows] if rows else [])
         with self._db_lock:
@@ -1074,7 +1080,7 @@ class ResultCache:
         with self._transaction():
             if rows:
                 # In key order: the B-tree is filled page by page, not at random.
-                _insert_rows(self._db, sorted(rows) if len(rows) > 1 else rows)
+                _insert_rows(self._db, sorted(rows, key=_row_key) if len(rows) > 1 else rows)
             for call in calls:
                 self._db.execute(_INSERT_CALL, call)
             for statement, params in chores:
