@@ -220,9 +220,14 @@ def long_tail(rows: int, seed: int = 0, same: float = 0.0) -> Table:
     return Table.from_columns({c: v[:rows] for c, v in data.items()})
 
 
-def reference_order(table: Table, directory: Path, python: Path) -> tuple[Ordering, float] | None:
-    """The GGR authors' QuickGreedy on ``table``: (ordering, solver seconds), or None.
+def reference_order(
+    table: Table, directory: Path, python: Path, repeats: int = 0
+) -> tuple[Ordering, float, tuple[float, ...]] | None:
+    """The GGR authors' QuickGreedy on ``table``: (ordering, solver seconds, each run's), or None.
 
+    With ``repeats`` the solver is timed as ours are (:func:`timed`): a warm-up
+    run, then up to ``repeats`` timed runs while the runs so far took under
+    30 s; the seconds are their median (the warm-up run's where none fitted).
     The runner returns each prompt's segments; rows are matched back to the
     table by their cells (identical rows are interchangeable for every metric).
     """
@@ -233,8 +238,9 @@ def reference_order(table: Table, directory: Path, python: Path) -> tuple[Orderi
             writer = csv.writer(f)
             writer.writerow(table.columns)
             writer.writerows(zip(*(table.cells[c] for c in table.columns), strict=True))
+        command = [str(python), str(runner), str(directory), str(src), str(out)]
         done = subprocess.run(
-            [str(python), str(runner), str(directory), str(src), str(out)],
+            [*command, "--repeats", str(repeats)],
             capture_output=True,
             text=True,
             check=False,
@@ -251,7 +257,8 @@ def reference_order(table: Table, directory: Path, python: Path) -> tuple[Orderi
         cells = dict(seg[:-1].split(": ", 1) for seg in segments)
         rows.append(where[tuple(cells[c] for c in table.columns)].pop())
         fields.append(tuple(seg.split(": ", 1)[0] for seg in segments))
-    return Ordering(tuple(rows), tuple(fields)), float(result["seconds"])
+    times = tuple(float(t) for t in result["seconds_all"])
+    return Ordering(tuple(rows), tuple(fields)), float(result["seconds"]), times
 
 
 @dataclass(frozen=True)
@@ -315,9 +322,9 @@ def score_orders(
             )
         )
     if reference is not None and table.n_rows <= reference.max_rows:
-        got = reference_order(table, reference.directory, reference.python)
+        got = reference_order(table, reference.directory, reference.python, repeats)
         if got is not None:
-            o, seconds = got
+            o, seconds, times = got
             o.validate(table.n_rows, table.columns)
             s = evaluate(table, o)
             out.append(
@@ -330,7 +337,7 @@ def score_orders(
                     s.hit_rate_unbounded,
                     seconds,
                     None,
-                    (seconds,),
+                    times,
                 )
             )
     return out
