@@ -439,6 +439,60 @@ def test_python_and_numpy_paths_decide_alike(
     assert plain == vectorized
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    t=tables(max_rows=24, max_cols=5, min_rows=2),
+    high_cardinality=st.sampled_from([0.9, 0.4, None]),
+    max_depth=st.none() | st.integers(0, 2),
+    lookahead_cells=st.sampled_from([0, 16, 64]),
+)
+def test_groups_settled_together_as_each_would_be_alone(
+    t: Table, high_cardinality: float | None, max_depth: int | None, lookahead_cells: int
+) -> None:
+    # The A-chain settles the picked groups that need no search together
+    # (_Solver._settled); each run alone through _Small decides the same.
+    # With _PYTHON_CELLS at 0 these small tables reach the A-chain.
+    kwargs = {
+        "high_cardinality": high_cardinality,
+        "max_depth": max_depth,
+        "lookahead_cells": lookahead_cells,
+    }
+    assert _settled_alike(t, kwargs, python_cells=0)
+
+
+def test_groups_settled_together_on_a_table_of_many_small_groups() -> None:
+    # Movies (title -> info) with three to six reviews each, a rating and a
+    # reviewer that sometimes repeat: most groups need no search, some do.
+    rng = random.Random(7)
+    rows: dict[str, list[str]] = {"title": [], "info": [], "rating": [], "who": [], "review": []}
+    for m in range(60):
+        for _ in range(rng.randint(1, 6)):
+            rows["title"].append(f"movie {m}")
+            rows["info"].append(f"about movie {m % 45}")
+            rows["rating"].append(rng.choice(["good", "bad", "fine"]))
+            rows["who"].append(f"user{rng.randint(0, 30)}")
+            rows["review"].append(f"review {rng.random()}")
+    t = Table.from_columns(rows)
+    for kwargs in ({}, {"max_depth": 1}, {"lookahead_cells": 0}, {"high_cardinality": None}):
+        assert _settled_alike(t, kwargs, python_cells=None), kwargs
+
+
+def _settled_alike(t: Table, kwargs: dict[str, object], python_cells: int | None) -> bool:
+    ggr_module = importlib.import_module("semframe.reorder.ggr")
+    saved = getattr(ggr_module, "_PYTHON_CELLS"), getattr(ggr_module, "_SETTLE")  # noqa: B009
+    try:
+        if python_cells is not None:
+            setattr(ggr_module, "_PYTHON_CELLS", python_cells)  # noqa: B010
+        setattr(ggr_module, "_SETTLE", True)  # noqa: B010
+        together = ggr(t, **kwargs)  # type: ignore[arg-type]
+        setattr(ggr_module, "_SETTLE", False)  # noqa: B010
+        alone = ggr(t, **kwargs)  # type: ignore[arg-type]
+    finally:
+        setattr(ggr_module, "_PYTHON_CELLS", saved[0])  # noqa: B010
+        setattr(ggr_module, "_SETTLE", saved[1])  # noqa: B010
+    return together == alone
+
+
 def test_worked_example_of_the_docs() -> None:
     # docs/reordering.md walks through this table. movie -> genre is an exact FD.
     # Root scores: genre=horror 6**2 * (3 - 1) = 72; movie=Alien (5**2 + 6**2) * 1

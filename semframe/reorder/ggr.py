@@ -102,6 +102,10 @@ DEFAULT_LOOKAHEAD_CELLS = 64
 _FD_BUDGET = 300_000_000
 """Most cell comparisons spent discovering functional dependencies."""
 
+_SETTLE = True
+"""Whether :meth:`_Solver._settled` settles the groups that need no search together
+(off: each runs its own :class:`_Small`, with the same result; tests compare the two)."""
+
 _PYTHON_CELLS = 256
 """Sub-tables up to this many cells run in plain Python (numpy's per-call cost
 outweighs its speed there); the decisions are the same as the numpy path's."""
@@ -516,7 +520,11 @@ class _Solver:
             if remaining < 2 or (self.max_groups is not None and len(picks) >= self.max_groups):
                 break
         out: list[_Node | _Emit] = []
-        for col, members in picks:
+        settled = self._settled(node, cols, picks) if _SETTLE else [None] * len(picks)
+        for (col, members), done in zip(picks, settled, strict=True):
+            if done is not None:
+                out.append(done)
+                continue
             out.append(
                 _Node(
                     rows[members],
@@ -529,6 +537,80 @@ class _Solver:
         if remaining:
             out.append(self._fallback(node, rows[alive]))
         return out
+
+    def _settled(
+        self, node: _Node, cols: tuple[int, ...], picks: list[tuple[int, IntArray]]
+    ) -> list[_Emit | None]:
+        """The picked groups whose sub-table needs no search, each as its emit (``None``: others).
+
+        A group of three rows or more, small enough for :class:`_Small`, needs
+        none when at most one of its recursion columns varies once its constant
+        ones go to the prefix (or none does, and at most one of the tail's
+        columns): its rows are sorted by the varying columns, as
+        :meth:`_Small._into` would sort them. Such groups are found together,
+        one pass per column over the rows of all groups that picked one column,
+        and sorted together, one sort per set of sort columns; a table whose
+        groups are many and small (movies and their reviews) would otherwise
+        pay a :class:`_Small` per group.
+        """
+        settled: list[_Emit | None] = [None] * len(picks)
+        small = max(self.lookahead_cells, _PYTHON_CELLS)
+        by_col: dict[int, list[int]] = {}
+        for i, (col, members) in enumerate(picks):
+            if members.size >= 3 and members.size * (len(cols) - 1) <= small:
+                by_col.setdefault(col, []).append(i)
+        if not by_col:
+            return settled
+        limited = self.max_depth is not None and node.depth + 1 >= self.max_depth
+        codes, tail = self.enc.codes, node.tail
+        sorts: dict[tuple[int, ...], list[tuple[int, IntArray, tuple[int, ...]]]] = {}
+        for col, which in by_col.items():
+            child = tuple(c for c in cols if c != col)
+            parts = [picks[i][1] for i in which]
+            sizes = [p.size for p in parts]
+            starts = np.zeros(len(parts), dtype=np.int64)
+            np.cumsum(sizes[:-1], out=starts[1:])
+            at = node.rows[np.concatenate(parts)]
+            checked = child + tail
+            constant = np.empty((len(checked), len(parts)), dtype=bool)
+            for j, c in enumerate(checked):
+                values = codes[c][at]
+                least = np.minimum.reduceat(values, starts)
+                constant[j] = least == np.maximum.reduceat(values, starts)
+            prefix = (*node.prefix, col)
+            for i, flags, first, size in zip(
+                which, constant.T.tolist(), starts.tolist(), sizes, strict=True
+            ):
+                fixed = tuple(c for c, f in zip(child, flags, strict=False) if f)
+                vary = tuple(c for c, f in zip(child, flags, strict=False) if not f)
+                if vary:
+                    if len(vary) > 1 and not limited:
+                        continue  # a search
+                    key, fields = vary + tail, prefix + fixed + vary + tail
+                else:  # the tail is recursed into (with the same depth)
+                    marks = flags[len(child) :]
+                    tail_fixed = tuple(c for c, f in zip(tail, marks, strict=True) if f)
+                    tail_vary = tuple(c for c, f in zip(tail, marks, strict=True) if not f)
+                    if len(tail_vary) > 1 and not limited:
+                        continue
+                    key, fields = tail_vary, prefix + fixed + tail_fixed + tail_vary
+                rows = at[first : first + size]
+                if key:
+                    sorts.setdefault(key, []).append((i, rows, fields))
+                else:
+                    settled[i] = _Emit(rows, fields)
+        for key, groups in sorts.items():
+            every = np.concatenate([rows for _, rows, _ in groups])
+            lengths = [rows.size for _, rows, _ in groups]
+            seq = np.repeat(np.arange(len(groups)), lengths)
+            # Each group's rows stay together (the group number sorts first), sorted by
+            # the key's columns, ties in their order (a stable sort), as _Small sorts.
+            done = every[np.lexsort([*(codes[c][every] for c in key[::-1]), seq])]
+            lo = 0
+            for (i, _, fields), size in zip(groups, lengths, strict=True):
+                settled[i] = _Emit(done[lo : lo + size], fields)
+                lo += size
+        return settled
 
 
 _Group = tuple[float, int, int, int]  # (HITCOUNT, column, code, local rows as a bit mask)
