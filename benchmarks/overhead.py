@@ -92,8 +92,9 @@ def run_once(df: pd.DataFrame, reorder: str) -> dict[str, float]:
     assert len(out) == len(df)
     assert len(backend.history) == len(df)
     alone = FakeBackend(lambda request: "ok")
+    requests = list(call.plan.requests)  # rendered before the clock starts: the fake's work only
     t4 = time.perf_counter()
-    for request in call.plan.requests:
+    for request in requests:
         alone.complete(request, slot=0)
     fake = time.perf_counter() - t4
     return {
@@ -201,9 +202,10 @@ def child(name: str, rows: int, repeat: int, cache_root: str) -> dict[str, Any]:
     }
     if name == "map_cold":
         plan = df.llm.plan(CALLS_TEMPLATE, op="map", backend="fake", cache=False)
+        requests = list(plan.requests)  # rendered before the clock starts: the fake's work only
         alone = FakeBackend()
         t0 = time.perf_counter()
-        for request in plan.requests:
+        for request in requests:
             alone.complete(request, slot=0)
         result["fake_alone_s"] = time.perf_counter() - t0
     return result

@@ -74,7 +74,7 @@ def test_a_shard_sends_a_shared_head_once_per_run_of_requests() -> None:
     description = "A very long description of the film. " * 40
     rows = [("drama", description, f"review {i}") for i in range(200)]
     plan = _plan(rows, "ggr")
-    whole = len(pickle.dumps(plan.requests))
+    whole = len(pickle.dumps(tuple(plan.requests)))  # every prompt rendered
     packed = len(pickle.dumps(Shard.of(plan, range(200))))
     assert packed * 10 < whole
     assert sum(len(t) for t in Shard.of(plan, range(200)).tails) < len(description) + 200 * 80

@@ -30,6 +30,7 @@ from semframe.core.capacity import Capacity
 from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.parse import OutputSpec
+from semframe.core.requests import Requests, chars_of
 from semframe.core.table import MISSING, Coded, Codes, Table, render_value
 from semframe.core.template import Template
 from semframe.core.wire import Request
@@ -261,8 +262,11 @@ class Plan:
         The reordering method that produced ``ordering``.
     instructions : str
         The shared instruction block every prompt starts with.
-    requests : tuple of Request
-        In execution order; ``requests[i].row == ordering.rows[i]``.
+    requests : sequence of Request
+        In execution order; ``requests[i].row == ordering.rows[i]``. A planned
+        relQuery holds them as columns (:class:`~semframe.core.requests.Requests`),
+        each prompt rendered when it is read; a plan derived from requests
+        already made (a shard, a re-plan) may hold a tuple.
     groups : tuple of PrefixGroup
         Prefix groups in execution order (consecutive requests sharing their
         first field).
@@ -280,7 +284,7 @@ class Plan:
     ordering: Ordering
     reorder: str
     instructions: str
-    requests: tuple[Request, ...]
+    requests: Sequence[Request]
     groups: tuple[PrefixGroup, ...]
     shared_chars: tuple[int, ...] = field(repr=False)
     capacity: Capacity | None = field(default=None, repr=False)
@@ -291,7 +295,7 @@ class Plan:
     @property
     def prompt_chars(self) -> int:
         """Total characters of all prompts."""
-        return sum(len(r.prompt) for r in self.requests)
+        return int(chars_of(self.requests).sum())
 
     @property
     def expected_hit_rate(self) -> float:
@@ -544,46 +548,36 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     if n == 0:
         return Plan(rq, ordering, reorder, instructions, (), (), ())
     rows = ordering.rows
-    # Each column factorized once: a code per row, each distinct segment rendered once.
+    # Each column factorized once, each distinct segment rendered once; the segments of
+    # every column in one list, a column's at its offset.
     columns = [_Column.of(f, rq.table.coded(f)) for f in rq.fields]
+    segments = [s for c in columns for s in c.segments]
+    sizes = [len(c.segments) for c in columns]
+    offsets = np.zeros(k, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    lengths = np.concatenate([c.lengths for c in columns]) if k else np.zeros(0, np.int64)
     position = {f: j for j, f in enumerate(rq.fields)}
     orders, order_of = ordering.orders, ordering.order_of
-    by_order = [np.flatnonzero(order_of == o) for o in range(len(orders))]
-    # Per execution position and field depth: the column, the value's code, the segment length.
-    col = np.empty((k, n), dtype=np.intp)
-    code = np.empty((k, n), dtype=np.int64)
-    length = np.empty((k, n), dtype=np.int64)
-    prompts: list[str] = []
+    # Per field depth and execution position: the column, and the segment (into ``segments``).
+    col = np.empty((k, n), dtype=np.int16 if k < 2**15 else np.int64)
+    code = np.empty((k, n), dtype=np.int32 if len(segments) < 2**31 else np.int64)
     for o, order in enumerate(orders):
-        at = by_order[o]
+        at = np.flatnonzero(order_of == o) if len(orders) > 1 else slice(None)
         taken = rows[at]
-        texts = []
         for depth, name in enumerate(order):
-            c = columns[position[name]]
-            codes = c.codes[taken]
-            col[depth, at] = position[name]
-            code[depth, at] = codes
-            length[depth, at] = c.lengths[codes]
-            texts.append(list(map(c.segments.__getitem__, codes.tolist())))
-        rendered = list(
-            map(
-                "".join,
-                zip(repeat(head, len(at)), *texts, row_tails(rq, taken), strict=True),
-            )
-        )
-        if len(orders) == 1:
-            prompts = rendered
-        else:
-            if not prompts:
-                prompts = [""] * n
-            for pos, text in zip(at.tolist(), rendered, strict=True):
-                prompts[pos] = text
-    equal, shared = _shared(head, columns, col, code, length, orders, order_of, rows)
+            j = position[name]
+            col[depth, at] = j
+            code[depth, at] = columns[j].codes[taken] + offsets[j]
+    length = lengths[code]
+    missing = np.array(
+        [offsets[j] + c.missing if c.missing >= 0 else -1 for j, c in enumerate(columns)],
+        dtype=np.int64,
+    )
+    equal, shared = _shared(head, segments, columns, col, code, length, orders, order_of)
     # A prefix group starts where the first segment differs from the previous request's,
     # or holds a missing value.
     if k:
         first = equal >= 1
-        missing = np.array([c.missing for c in columns], dtype=np.int64)
         first &= code[0] != missing[col[0]]
         starts = ~first
     else:
@@ -591,31 +585,27 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     starts[0] = True
     group_of = np.cumsum(starts) - 1
     levels = _levels(equal, length, len(head))
-    requests = list(
-        map(
-            tuple.__new__,
-            repeat(Request, n),
-            zip(
-                range(n),
-                rows.tolist(),
-                prompts,
-                repeat(rq.system, n),
-                repeat(rq.max_tokens, n),
-                repeat(rq.temperature, n),
-                repeat(rq.output.schema, n),
-                group_of.tolist(),
-                levels,
-                repeat(rq.logprobs, n),
-                repeat("", n),
-                repeat(0, n),
-                strict=True,
-            ),
-        )
+    del col, length
+    tails = row_tails(rq, rows) if rq.restate else None
+    requests = Requests.build(
+        head,
+        segments,
+        code,
+        rows=rows,
+        groups=group_of,
+        tails=tails,
+        levels=levels,
+        lengths=lengths,
+        system=rq.system,
+        max_tokens=rq.max_tokens,
+        temperature=rq.temperature,
+        schema=rq.output.schema,
+        logprobs=rq.logprobs,
     )
     bounds = np.flatnonzero(starts).tolist()
     groups = [PrefixGroup(a, b) for a, b in zip(bounds, [*bounds[1:], n], strict=True)]
     return Plan(
-        rq, ordering, reorder, instructions, tuple(requests), tuple(groups), tuple(shared.tolist())
+        rq, ordering, reorder, instructions, requests, tuple(groups), tuple(shared.tolist())
     )
 
 
@@ -686,37 +676,34 @@ def common_prefix_len(a: str, b: str) -> int:
 
 def _shared(  # noqa: PLR0917
     head: str,
+    segments: Sequence[str],
     columns: Sequence[_Column],
-    col: np.ndarray[Any, np.dtype[np.intp]],
-    code: np.ndarray[Any, np.dtype[np.int64]],
+    col: np.ndarray[Any, np.dtype[np.signedinteger[Any]]],
+    code: np.ndarray[Any, np.dtype[np.signedinteger[Any]]],
     length: np.ndarray[Any, np.dtype[np.int64]],
     orders: Sequence[tuple[str, ...]],
     order_of: Codes,
-    rows: Codes,
 ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
     """Per request: whole leading segments equal to the previous request's, and shared chars.
 
-    Shared characters are those of the instructions, the equal segments and
-    the label of the first differing segment when the previous request's
-    segment there starts with it (the same field, with another value). Two
-    segments of the same field are equal when their values are; segments of
-    different fields (rows whose field orders differ) are compared as text.
+    ``code[d, i]`` is request ``i``'s segment at depth ``d`` (into ``segments``,
+    which holds every column's distinct segments once, so equal codes are equal
+    segments of one field); ``col[d, i]`` its column. Shared characters are
+    those of the instructions, the equal segments and the label of the first
+    differing segment when the previous request's segment there starts with
+    it (the same field, with another value). Segments of different fields
+    (rows whose field orders differ) are compared as text.
     """
-    k, n = col.shape
+    k, n = code.shape
     equal = np.zeros(n, dtype=np.int64)
     shared = np.zeros(n, dtype=np.int64)
     if n < 2:
         return equal, shared
     same_col = col[:, 1:] == col[:, :-1]
-    eq = same_col & (code[:, 1:] == code[:, :-1])
+    eq = code[:, 1:] == code[:, :-1]
     cross = np.argwhere(~same_col)  # (depth, position - 1): other fields, compared as text
-
-    def segment(depth: int, pos: int) -> str:
-        c = columns[int(col[depth, pos])]
-        return c.segments[int(c.codes[rows[pos]])]
-
     for depth, prev in cross.tolist():
-        eq[depth, prev] = segment(depth, prev) == segment(depth, prev + 1)
+        eq[depth, prev] = segments[code[depth, prev]] == segments[code[depth, prev + 1]]
     equal[1:] = np.cumprod(eq, axis=0).sum(axis=0)
     ends = np.zeros((k + 1, n), dtype=np.int64)
     np.cumsum(length, axis=0, out=ends[1:])
@@ -730,7 +717,7 @@ def _shared(  # noqa: PLR0917
         shared[differs[same]] += label_len[col[at[same], differs[same]]]
         for pos, d in zip(differs[~same].tolist(), at[~same].tolist(), strict=True):
             label = orders[int(order_of[pos])][d] + ": "
-            if segment(d, pos - 1).startswith(label):
+            if segments[code[d, pos - 1]].startswith(label):
                 shared[pos] += len(label)
     return equal, shared
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from semframe.core.plan import Plan, groups_of, row_tails
+from semframe.core.requests import prompts_of, rows_of
 from semframe.core.table import MISSING
 
 __all__ = [
@@ -77,7 +78,8 @@ class Pieces:
         # A restated question follows each row's fields (RelQuery.restate). It is one
         # piece with the row's last field: tokenized apart, the newline ending that
         # field and the one starting the question would count as two tokens, not one.
-        self.tails = list(row_tails(rq, [r.row for r in plan.requests])) if rq.restate else []
+        self.rows = rows_of(plan.requests)
+        self.tails = list(row_tails(rq, self.rows)) if rq.restate else []
         sample = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
         self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in sample)
         segments: dict[str, tuple[tuple[str, ...], list[str]]] = {}
@@ -91,7 +93,7 @@ class Pieces:
             lasts = [self._parts(i)[-1] for i in range(n)] if self.tails else []
             texts += lasts
         else:  # not the planner's layout: whole prompts are the pieces
-            texts = [r.prompt for r in plan.requests]
+            texts = prompts_of(plan.requests)
         if rq.system:
             texts.append(rq.system)
         self._fill(texts)
@@ -103,9 +105,9 @@ class Pieces:
         }
 
     def _parts(self, i: int) -> list[str]:
-        req = self.plan.requests[i]
         order = self.plan.ordering.fields[i]
-        parts = [self.head, *(f"{f}: {self.cells[f][req.row]}\n" for f in order)]
+        row = int(self.rows[i])
+        parts = [self.head, *(f"{f}: {self.cells[f][row]}\n" for f in order)]
         if self.tails:
             parts[-1] += self.tails[i]
         return parts
@@ -156,9 +158,9 @@ class Pieces:
         """Prompt tokens of every request (without chat framing)."""
         plan = self.plan
         if not self.layout:
-            return [len(self.cache[r.prompt]) for r in plan.requests]
+            return [len(self.cache[p]) for p in prompts_of(plan.requests)]
         n = len(plan.requests)
-        rows = np.fromiter((r.row for r in plan.requests), np.intp, n)
+        rows = self.rows
         total = np.full(n, len(self.cache[self.head]), dtype=np.int64)
         for f in plan.relquery.fields:
             values, codes = plan.relquery.table.coded(f)
@@ -168,8 +170,8 @@ class Pieces:
             fields, head = plan.ordering.fields, len(self.cache[self.head])
             total += np.fromiter(
                 (
-                    last - (self.col_counts[o[-1]][self.cells[o[-1]][r.row]] if o else head)
-                    for last, r, o in zip(self._last_counts, plan.requests, fields, strict=True)
+                    last - (self.col_counts[o[-1]][self.cells[o[-1]][row]] if o else head)
+                    for last, row, o in zip(self._last_counts, rows.tolist(), fields, strict=True)
                 ),
                 np.int64,
                 n,

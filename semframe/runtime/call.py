@@ -29,6 +29,7 @@ from semframe.cache.store import ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
+from semframe.core.requests import bytes_of, with_options
 from semframe.core.wire import Outcome, Usage
 from semframe.cost.models import CostModel, warm_start
 from semframe.errors import BudgetExceeded, ConfigError, InputError, MissingDependencyError
@@ -244,7 +245,7 @@ def with_logprobs(call: Call, top: int) -> Call:
     if isinstance(source, Recipe):
         rq = dataclasses.replace(source.relquery, logprobs=top)
         return dataclasses.replace(call, source=Recipe(rq, source.reorder))
-    requests = tuple(r._replace(logprobs=top) for r in source.requests)
+    requests = with_options(source.requests, logprobs=top)
     return dataclasses.replace(call, source=dataclasses.replace(source, requests=requests))
 
 
@@ -271,11 +272,8 @@ def check_context(call: Call, backend: Backend) -> None:
     budget = window - plan.relquery.max_tokens - _CHAT_OVERHEAD_TOKENS
     system_bytes = len((plan.relquery.system or "").encode())
     room = budget - system_bytes
-    suspects = [  # an ASCII prompt's length is its byte length (no encoding needed)
-        r
-        for r in plan.requests
-        if (len(r.prompt) if r.prompt.isascii() else len(r.prompt.encode())) > room
-    ]
+    over = [i for i, size in enumerate(bytes_of(plan.requests).tolist()) if size > room]
+    suspects = [plan.requests[i] for i in over]
     if not suspects:
         return
     counts = backend.count_tokens([r.prompt + (r.system or "") for r in suspects])

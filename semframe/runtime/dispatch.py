@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from semframe.backends._api import backoff
 from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan
+from semframe.core.requests import chars_of
 from semframe.core.wire import Outcome, Request
 
 __all__ = [
@@ -211,7 +212,8 @@ def room_for(
     def blocks(chars: float, extra: int = 0) -> int:
         return -(-int(chars * tokens_per_char + extra) // block)
 
-    distinct = sum(len(r.prompt) for r in plan.requests) - sum(plan.shared_chars)
+    chars = chars_of(plan.requests).tolist()
+    distinct = sum(chars) - sum(plan.shared_chars)
     need = blocks(distinct) + capacity.concurrency * blocks(0, output_tokens)
     limit = capacity.tokens // block
     if need <= limit:
@@ -224,8 +226,8 @@ def room_for(
         common = max(ends, default=0) if size > 1 else 0
         full = int(common * tokens_per_char) // block  # whole blocks only are shared
         shared.append(full)
-        for r in plan.requests[g.start : g.stop]:
-            own.append(max(1, blocks(len(r.prompt), output_tokens) - full))
+        for length in chars[g.start : g.stop]:
+            own.append(max(1, blocks(length, output_tokens) - full))
     return Room(limit, tuple(shared), tuple(own))
 
 

@@ -37,6 +37,7 @@ from semframe.cache.keys import plan_keys
 from semframe.cache.serve import Served, serve_stored
 from semframe.core.parse import ParseError, accept
 from semframe.core.plan import Plan, PrefixGroup
+from semframe.core.requests import subset, with_options
 from semframe.core.wire import Completion, Outcome, Request, Usage
 from semframe.cost.framing import MESSAGE_OVERHEAD, REPLY_PRIMING, ROLE_TOKENS
 from semframe.errors import (
@@ -777,8 +778,7 @@ def tag_relquery(plan: Plan) -> Plan:
     """Tag each request with this run's relQuery id and size (relQuery-aware engines)."""
     rel = uuid.uuid4().hex[:16]
     size = len(plan.requests)
-    requests = tuple(r._replace(rel=rel, rel_size=size) for r in plan.requests)
-    return dataclasses.replace(plan, requests=requests)
+    return dataclasses.replace(plan, requests=with_options(plan.requests, rel=rel, rel_size=size))
 
 
 def serve_from_cache(
@@ -827,7 +827,8 @@ def unanswered(plan: Plan, outcomes: Sequence[Outcome | None]) -> Plan:
     Requests keep their ids (positions in ``plan``), so answers still land in
     the right place.
     """
-    remaining = tuple(r for r in plan.requests if outcomes[r.id] is None)
+    waiting = [i for i, outcome in enumerate(outcomes) if outcome is None]
+    remaining = subset(plan.requests, waiting)
     groups: list[PrefixGroup] = []
     pos = 0
     for g in plan.groups:
@@ -839,5 +840,5 @@ def unanswered(plan: Plan, outcomes: Sequence[Outcome | None]) -> Plan:
         plan,
         requests=remaining,
         groups=tuple(groups),
-        shared_chars=tuple(plan.shared_chars[r.id] for r in remaining),
+        shared_chars=tuple(plan.shared_chars[i] for i in waiting),
     )

@@ -55,6 +55,7 @@ from semframe.backends.base import AsyncBackend, Backend, Capabilities
 from semframe.cache.store import ResultCache
 from semframe.config import ResolvedConfig
 from semframe.core.plan import Plan, groups_of
+from semframe.core.requests import subset
 from semframe.core.wire import Completion, Outcome, Request, Usage
 from semframe.cost.models import CostModel, warm_start
 from semframe.errors import (
@@ -612,7 +613,7 @@ class _Run:
             raise RunAborted(msg)
         shards: Sequence[Sequence[int]] = [range(len(ids))]
         if len(self.alive) > 1:
-            requests = [self.plan.requests[i] for i in ids]
+            requests = list(subset(self.plan.requests, ids))
             groups = groups_of(requests)
             part = partition(requests, groups, len(self.alive), per_request=PER_REQUEST_CHARS)
             shards = part.shards

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, RelQuery, groups_of, without_gc
+from semframe.core.requests import subset
 from semframe.core.wire import Completion, Outcome, Request, Usage
 
 __all__ = ["Answer", "Answers", "Shard"]
@@ -115,7 +116,7 @@ class Shard:
 
     @classmethod
     def _of(cls, plan: Plan, ids: Sequence[int]) -> Shard:
-        requests = [plan.requests[i] for i in ids]
+        requests = list(subset(plan.requests, ids))
         kept, tails = _deltas(requests, ids, plan.shared_chars)
         transposed = list(zip(*requests, strict=True)) if requests else []
         columns = tuple(

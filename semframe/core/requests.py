@@ -1,0 +1,328 @@
+"""A plan's requests held as columns, each prompt rendered when it is asked for.
+
+A relQuery of a million rows has a million prompts, and most of each prompt is
+shared: the instruction block, then ``name: value`` segments whose values
+repeat. :class:`Requests` keeps what makes each prompt (a code per field
+depth into the distinct segments, the row, the prefix group, the cacheable
+prefixes) and renders a prompt only when a request is read: one at a time
+where a dispatcher takes them, a chunk at a time where all are read in order.
+It is a ``Sequence[Request]``: code that indexes, slices or iterates a plan's
+requests reads the same :class:`~semframe.core.wire.Request` values a tuple
+held before, and the columns answer the questions asked of every request
+(prompt lengths, UTF-8 bytes, rows) without rendering any.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, overload
+
+import numpy as np
+from numpy.typing import NDArray
+
+from semframe.core.wire import Request
+
+__all__ = ["Requests", "bytes_of", "chars_of", "prompts_of", "rows_of", "subset", "with_options"]
+
+IntArray = NDArray[np.int64]
+Levels = tuple[tuple[int, int], ...]
+
+_CHUNK = 8192
+"""Prompts rendered together when requests are read in order."""
+
+
+@dataclass(frozen=True, eq=False)
+class Requests(Sequence[Request]):
+    """Requests in execution order, rendered from shared segments on demand.
+
+    Request ``i``'s prompt is ``head``, then ``segments[codes[d, i]]`` for each
+    field depth ``d``, then ``tails[i]`` (the restated question, when there
+    is one); its other values come from the columns below and the options
+    every request of a plan shares.
+
+    Attributes
+    ----------
+    head : str
+        What every prompt starts with (the instruction block and a blank line).
+    segments : sequence of str
+        Every distinct ``name: value\\n`` segment of every field.
+    lengths : ndarray
+        Characters of each segment (aligned with ``segments``).
+    codes : ndarray
+        Shape ``(fields, n)``: each request's segment at each field depth.
+    tails : sequence of str or None
+        What follows each request's fields (``None``: nothing).
+    ids, rows, groups : ndarray
+        Each request's id, the row of the caller's frame it answers, and its
+        prefix group.
+    levels : sequence of tuple
+        Each request's cacheable prefixes (:attr:`Request.prefix`).
+    system, max_tokens, temperature, schema, logprobs, rel, rel_size
+        Shared by every request (:class:`~semframe.core.wire.Request`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> segs = ["movie: Alien\\n", "movie: Heat\\n", "review: tense\\n"]
+    >>> rs = Requests.build("Rate it.\\n\\n", segs, np.array([[0, 1], [2, 2]]),
+    ...                     rows=np.array([1, 0]), groups=np.array([0, 1]))
+    >>> len(rs), rs[1].row, rs[1].prompt
+    (2, 0, 'Rate it.\\n\\nmovie: Heat\\nreview: tense\\n')
+    >>> [r.id for r in rs], rs.prompt_lengths().tolist() == [len(r.prompt) for r in rs]
+    ([0, 1], True)
+    >>> rs == tuple(rs), rs[1:].ids.tolist()
+    (True, [1])
+    """
+
+    head: str
+    segments: Sequence[str]
+    lengths: IntArray
+    codes: NDArray[np.signedinteger[Any]]
+    tails: Sequence[str] | None
+    ids: IntArray
+    rows: IntArray
+    groups: IntArray
+    levels: Sequence[Levels]
+    system: str | None = None
+    max_tokens: int = 256
+    temperature: float = 0.0
+    schema: Mapping[str, Any] | None = None
+    logprobs: int = 0
+    rel: str = ""
+    rel_size: int = 0
+
+    @classmethod
+    def build(
+        cls,
+        head: str,
+        segments: Sequence[str],
+        codes: NDArray[np.signedinteger[Any]],
+        *,
+        rows: IntArray,
+        groups: IntArray,
+        tails: Sequence[str] | None = None,
+        levels: Sequence[Levels] | None = None,
+        lengths: IntArray | None = None,
+        **options: Any,
+    ) -> Requests:
+        """Requests ``0 .. n - 1`` from their segments' codes (``options``: shared values)."""
+        n = int(codes.shape[1])
+        if lengths is None:
+            lengths = np.fromiter(map(len, segments), np.int64, len(segments))
+        return cls(
+            head,
+            tuple(segments),
+            lengths,
+            codes,
+            None if tails is None else tuple(tails),
+            np.arange(n, dtype=np.int64),
+            np.asarray(rows, dtype=np.int64),
+            np.asarray(groups, dtype=np.int64),
+            tuple(levels) if levels is not None else (((len(head), n),),) * n,
+            **options,
+        )
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Request: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Requests: ...
+
+    def __getitem__(self, index: int | slice) -> Request | Requests:
+        if isinstance(index, slice):
+            return self.take(np.arange(len(self))[index])
+        n = len(self)
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            msg = f"request index {index} out of range for {n} requests"
+            raise IndexError(msg)
+        return self._request(i, self.prompt(i))
+
+    def __iter__(self) -> Iterator[Request]:
+        n = len(self)
+        for start in range(0, n, _CHUNK):
+            stop = min(start + _CHUNK, n)
+            yield from map(
+                tuple.__new__,
+                repeat(Request),
+                zip(
+                    self.ids[start:stop].tolist(),
+                    self.rows[start:stop].tolist(),
+                    self.prompts(start, stop),
+                    repeat(self.system),
+                    repeat(self.max_tokens),
+                    repeat(self.temperature),
+                    repeat(self.schema),
+                    self.groups[start:stop].tolist(),
+                    self.levels[start:stop],
+                    repeat(self.logprobs),
+                    repeat(self.rel),
+                    repeat(self.rel_size),
+                ),
+            )
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Sequence) or len(other) != len(self):
+            return False
+        return all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Requests({len(self):,} requests, {self.codes.shape[0]} fields)"
+
+    def _request(self, i: int, prompt: str) -> Request:
+        return Request(
+            int(self.ids[i]),
+            int(self.rows[i]),
+            prompt,
+            self.system,
+            self.max_tokens,
+            self.temperature,
+            self.schema,
+            int(self.groups[i]),
+            self.levels[i],
+            self.logprobs,
+            self.rel,
+            self.rel_size,
+        )
+
+    def prompt(self, i: int) -> str:
+        """Request ``i``'s prompt (a position, ``0 <= i < len(self)``)."""
+        tail = "" if self.tails is None else self.tails[i]
+        segments = self.segments
+        return self.head + "".join([segments[c] for c in self.codes[:, i].tolist()]) + tail
+
+    def prompts(self, start: int = 0, stop: int | None = None) -> list[str]:
+        """The prompts of requests ``start .. stop - 1``, rendered together."""
+        stop = len(self) if stop is None else stop
+        get = self.segments.__getitem__
+        parts = [map(get, row.tolist()) for row in self.codes[:, start:stop]]
+        tails = repeat("") if self.tails is None else self.tails[start:stop]
+        heads = repeat(self.head, stop - start)
+        return list(map("".join, zip(heads, *parts, tails, strict=False)))
+
+    def prompt_lengths(self) -> IntArray:
+        """Characters of each prompt, from the segments' lengths (nothing rendered)."""
+        total = np.full(len(self), len(self.head), dtype=np.int64)
+        for row in self.codes:
+            total += self.lengths[row]
+        if self.tails is not None:
+            total += np.fromiter(map(len, self.tails), np.int64, len(self))
+        return total
+
+    def prompt_bytes(self) -> IntArray:
+        """UTF-8 bytes of each prompt, each distinct segment encoded once (nothing rendered)."""
+        per = np.fromiter(map(_utf8_len, self.segments), np.int64, len(self.segments))
+        total = np.full(len(self), _utf8_len(self.head), dtype=np.int64)
+        for row in self.codes:
+            total += per[row]
+        if self.tails is not None:
+            total += np.fromiter(map(_utf8_len, self.tails), np.int64, len(self))
+        return total
+
+    def take(self, positions: Sequence[int] | NDArray[np.integer[Any]]) -> Requests:
+        """The requests at ``positions`` (of this sequence), in that order, ids kept."""
+        at = np.asarray(positions, dtype=np.intp)
+        listed = at.tolist()
+        return dataclasses.replace(
+            self,
+            codes=self.codes[:, at],
+            tails=None if self.tails is None else tuple(map(self.tails.__getitem__, listed)),
+            ids=self.ids[at],
+            rows=self.rows[at],
+            groups=self.groups[at],
+            levels=tuple(map(self.levels.__getitem__, listed)),
+        )
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def with_options(requests: Sequence[Request], **options: Any) -> Sequence[Request]:
+    """``requests`` with the shared values ``options`` set (``logprobs``, ``rel``, ...).
+
+    Examples
+    --------
+    >>> rs = [Request(0, 0, "p", None, 8, 0.0, None, 0)]
+    >>> with_options(rs, logprobs=3)[0].logprobs
+    3
+    """
+    if isinstance(requests, Requests):
+        return dataclasses.replace(requests, **options)
+    return tuple(r._replace(**options) for r in requests)
+
+
+def subset(requests: Sequence[Request], positions: Sequence[int]) -> Sequence[Request]:
+    """The requests at ``positions`` of ``requests``, in that order (ids kept).
+
+    Examples
+    --------
+    >>> rs = [Request(i, i, f"p{i}", None, 8, 0.0, None, 0) for i in range(3)]
+    >>> [r.id for r in subset(rs, [2, 0])]
+    [2, 0]
+    """
+    if isinstance(requests, Requests):
+        return requests.take(positions)
+    return tuple(requests[i] for i in positions)
+
+
+def prompts_of(requests: Sequence[Request], start: int = 0, stop: int | None = None) -> list[str]:
+    """The prompts of ``requests[start:stop]`` (rendered together where they are columns).
+
+    Examples
+    --------
+    >>> prompts_of([Request(0, 0, "p", None, 8, 0.0, None, 0)])
+    ['p']
+    """
+    if isinstance(requests, Requests):
+        return requests.prompts(start, stop)
+    return [r.prompt for r in requests[start:stop]]
+
+
+def chars_of(requests: Sequence[Request]) -> IntArray:
+    """Characters of each request's prompt.
+
+    Examples
+    --------
+    >>> chars_of([Request(0, 0, "abc", None, 8, 0.0, None, 0)]).tolist()
+    [3]
+    """
+    if isinstance(requests, Requests):
+        return requests.prompt_lengths()
+    return np.fromiter((len(r.prompt) for r in requests), np.int64, len(requests))
+
+
+def rows_of(requests: Sequence[Request]) -> IntArray:
+    """The row of the caller's frame each request answers.
+
+    Examples
+    --------
+    >>> rows_of([Request(0, 5, "p", None, 8, 0.0, None, 0)]).tolist()
+    [5]
+    """
+    if isinstance(requests, Requests):
+        return requests.rows
+    return np.fromiter((r.row for r in requests), np.int64, len(requests))
+
+
+def bytes_of(requests: Sequence[Request]) -> IntArray:
+    """UTF-8 bytes of each request's prompt.
+
+    Examples
+    --------
+    >>> bytes_of([Request(0, 0, "café", None, 8, 0.0, None, 0)]).tolist()
+    [5]
+    """
+    if isinstance(requests, Requests):
+        return requests.prompt_bytes()
+    return np.fromiter((_utf8_len(r.prompt) for r in requests), np.int64, len(requests))
