@@ -11,13 +11,14 @@ the same plan, so the two cannot disagree about what is sent.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import hashlib
 import json
 import unicodedata
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from itertools import repeat
@@ -548,19 +549,17 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     if n == 0:
         return Plan(rq, ordering, reorder, instructions, (), (), ())
     rows = ordering.rows
-    # Each column factorized once, each distinct segment rendered once; the segments of
-    # every column in one list, a column's at its offset.
+    # Each column factorized once; every column's distinct values in one sequence, a
+    # column's after the one before it.
     columns = [_Column.of(f, rq.table.coded(f)) for f in rq.fields]
-    segments = [s for c in columns for s in c.segments]
-    sizes = [len(c.segments) for c in columns]
+    sizes = [len(c.values) for c in columns]
     offsets = np.zeros(k, dtype=np.int64)
     np.cumsum(sizes[:-1], out=offsets[1:])
-    lengths = np.concatenate([c.lengths for c in columns]) if k else np.zeros(0, np.int64)
     position = {f: j for j, f in enumerate(rq.fields)}
     orders, order_of = ordering.orders, ordering.order_of
-    # Per field depth and execution position: the column, and the segment (into ``segments``).
+    # Per field depth and execution position: the column, and the value (into all values).
     col = np.empty((k, n), dtype=np.int16 if k < 2**15 else np.int64)
-    code = np.empty((k, n), dtype=np.int32 if len(segments) < 2**31 else np.int64)
+    code = np.empty((k, n), dtype=np.int32 if sum(sizes) < 2**31 else np.int64)
     for o, order in enumerate(orders):
         at = np.flatnonzero(order_of == o) if len(orders) > 1 else slice(None)
         taken = rows[at]
@@ -568,12 +567,25 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
             j = position[name]
             col[depth, at] = j
             code[depth, at] = columns[j].codes[taken] + offsets[j]
-    length = lengths[code]
     missing = np.array(
         [offsets[j] + c.missing if c.missing >= 0 else -1 for j, c in enumerate(columns)],
         dtype=np.int64,
     )
-    equal, shared = _shared(head, segments, columns, col, code, length, orders, order_of)
+    requests = Requests.build(
+        head,
+        [c.label for c in columns],
+        [c.values for c in columns],
+        code,
+        rows=rows,
+        groups=np.zeros(n, dtype=np.int64),
+        system=rq.system,
+        max_tokens=rq.max_tokens,
+        temperature=rq.temperature,
+        schema=rq.output.schema,
+        logprobs=rq.logprobs,
+    )
+    length = requests.lengths[code]  # of each request's segment at each depth
+    equal, shared = _shared(head, requests.segment, columns, col, code, length, orders, order_of)
     # A prefix group starts where the first segment differs from the previous request's,
     # or holds a missing value.
     if k:
@@ -586,22 +598,8 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
     group_of = np.cumsum(starts) - 1
     levels = _levels(equal, length, len(head))
     del col, length
-    tails = row_tails(rq, rows) if rq.restate else None
-    requests = Requests.build(
-        head,
-        segments,
-        code,
-        rows=rows,
-        groups=group_of,
-        tails=tails,
-        levels=levels,
-        lengths=lengths,
-        system=rq.system,
-        max_tokens=rq.max_tokens,
-        temperature=rq.temperature,
-        schema=rq.output.schema,
-        logprobs=rq.logprobs,
-    )
+    tails = tuple(row_tails(rq, rows)) if rq.restate else None
+    requests = dataclasses.replace(requests, groups=group_of, levels=tuple(levels), tails=tails)
     bounds = np.flatnonzero(starts).tolist()
     groups = [PrefixGroup(a, b) for a, b in zip(bounds, [*bounds[1:], n], strict=True)]
     return Plan(
@@ -613,21 +611,16 @@ def _make_plan(rq: RelQuery, ordering: Ordering, reorder: str) -> Plan:
 class _Column:
     """One field's values factorized: what :func:`make_plan` renders and compares."""
 
-    label: str
+    label: str  # ``"{name}: "``
     values: tuple[str, ...]  # the distinct values, first seen first
-    codes: Codes  # per table row, into ``values`` and ``segments``
-    segments: list[str]  # ``"{name}: {value}\n"`` per distinct value, first seen first
-    lengths: np.ndarray[Any, np.dtype[np.int64]]  # per distinct value, of its segment
+    codes: Codes  # per table row, into ``values``
     missing: int  # the code of a missing value, -1 when none is
 
     @classmethod
     def of(cls, name: str, coded: Coded) -> _Column:
         values, codes = coded
-        label = f"{name}: "
-        segments = [f"{label}{v}\n" for v in values]
-        lengths = np.fromiter(map(len, segments), np.int64, len(segments))
         missing = values.index(MISSING) if MISSING in values else -1
-        return cls(label, values, codes, segments, lengths, missing)
+        return cls(f"{name}: ", values, codes, missing)
 
 
 def groups_of(requests: Sequence[Request]) -> list[PrefixGroup]:
@@ -676,7 +669,7 @@ def common_prefix_len(a: str, b: str) -> int:
 
 def _shared(  # noqa: PLR0917
     head: str,
-    segments: Sequence[str],
+    segment: Callable[[int], str],
     columns: Sequence[_Column],
     col: np.ndarray[Any, np.dtype[np.signedinteger[Any]]],
     code: np.ndarray[Any, np.dtype[np.signedinteger[Any]]],
@@ -686,9 +679,9 @@ def _shared(  # noqa: PLR0917
 ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
     """Per request: whole leading segments equal to the previous request's, and shared chars.
 
-    ``code[d, i]`` is request ``i``'s segment at depth ``d`` (into ``segments``,
-    which holds every column's distinct segments once, so equal codes are equal
-    segments of one field); ``col[d, i]`` its column. Shared characters are
+    ``code[d, i]`` is request ``i``'s value at depth ``d`` (into every column's
+    distinct values, each once, so equal codes are equal segments of one
+    field; ``segment`` renders one); ``col[d, i]`` its column. Shared characters are
     those of the instructions, the equal segments and the label of the first
     differing segment when the previous request's segment there starts with
     it (the same field, with another value). Segments of different fields
@@ -703,7 +696,7 @@ def _shared(  # noqa: PLR0917
     eq = code[:, 1:] == code[:, :-1]
     cross = np.argwhere(~same_col)  # (depth, position - 1): other fields, compared as text
     for depth, prev in cross.tolist():
-        eq[depth, prev] = segments[code[depth, prev]] == segments[code[depth, prev + 1]]
+        eq[depth, prev] = segment(code[depth, prev]) == segment(code[depth, prev + 1])
     equal[1:] = np.cumprod(eq, axis=0).sum(axis=0)
     ends = np.zeros((k + 1, n), dtype=np.int64)
     np.cumsum(length, axis=0, out=ends[1:])
@@ -717,7 +710,7 @@ def _shared(  # noqa: PLR0917
         shared[differs[same]] += label_len[col[at[same], differs[same]]]
         for pos, d in zip(differs[~same].tolist(), at[~same].tolist(), strict=True):
             label = orders[int(order_of[pos])][d] + ": "
-            if segments[code[d, pos - 1]].startswith(label):
+            if segment(code[d, pos - 1]).startswith(label):
                 shared[pos] += len(label)
     return equal, shared
 

@@ -3,8 +3,8 @@
 A relQuery of a million rows has a million prompts, and most of each prompt is
 shared: the instruction block, then ``name: value`` segments whose values
 repeat. :class:`Requests` keeps what makes each prompt (a code per field
-depth into the distinct segments, the row, the prefix group, the cacheable
-prefixes) and renders a prompt only when a request is read: one at a time
+depth into the fields' distinct values, the row, the prefix group, the
+cacheable prefixes) and renders a prompt only when a request is read: one at a time
 where a dispatcher takes them, a chunk at a time where all are read in order.
 It is a ``Sequence[Request]``: code that indexes, slices or iterates a plan's
 requests reads the same :class:`~semframe.core.wire.Request` values a tuple
@@ -15,7 +15,9 @@ held before, and the columns answer the questions asked of every request
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, overload
@@ -36,23 +38,30 @@ _CHUNK = 8192
 
 @dataclass(frozen=True, eq=False)
 class Requests(Sequence[Request]):
-    """Requests in execution order, rendered from shared segments on demand.
+    """Requests in execution order, rendered from the fields' distinct values on demand.
 
-    Request ``i``'s prompt is ``head``, then ``segments[codes[d, i]]`` for each
-    field depth ``d``, then ``tails[i]`` (the restated question, when there
-    is one); its other values come from the columns below and the options
-    every request of a plan shares.
+    The distinct values of every field are held once, a field's after the
+    one before it (``starts[j]`` is field ``j``'s first); request ``i``'s
+    prompt is ``head``, then for each field depth ``d`` the segment
+    ``labels[j] + values[codes[d, i]] + "\\n"`` of the field ``j`` that value
+    belongs to, then ``tails[i]`` (the restated question, when there is one).
+    The values are the table's own strings: nothing is copied per row.
 
     Attributes
     ----------
     head : str
         What every prompt starts with (the instruction block and a blank line).
-    segments : sequence of str
-        Every distinct ``name: value\\n`` segment of every field.
+    labels : tuple of str
+        Each field's label, ``"name: "``.
+    values : sequence of str
+        Every distinct value of every field.
+    starts : ndarray
+        Where each field's values start in ``values`` (ascending; a field
+        without values starts where the next one does).
     lengths : ndarray
-        Characters of each segment (aligned with ``segments``).
+        Characters of each value's segment, label and line break included.
     codes : ndarray
-        Shape ``(fields, n)``: each request's segment at each field depth.
+        Shape ``(fields, n)``: each request's value at each field depth.
     tails : sequence of str or None
         What follows each request's fields (``None``: nothing).
     ids, rows, groups : ndarray
@@ -66,8 +75,8 @@ class Requests(Sequence[Request]):
     Examples
     --------
     >>> import numpy as np
-    >>> segs = ["movie: Alien\\n", "movie: Heat\\n", "review: tense\\n"]
-    >>> rs = Requests.build("Rate it.\\n\\n", segs, np.array([[0, 1], [2, 2]]),
+    >>> rs = Requests.build("Rate it.\\n\\n", ("movie: ", "review: "),
+    ...                     [("Alien", "Heat"), ("tense",)], np.array([[0, 1], [2, 2]]),
     ...                     rows=np.array([1, 0]), groups=np.array([0, 1]))
     >>> len(rs), rs[1].row, rs[1].prompt
     (2, 0, 'Rate it.\\n\\nmovie: Heat\\nreview: tense\\n')
@@ -78,7 +87,9 @@ class Requests(Sequence[Request]):
     """
 
     head: str
-    segments: Sequence[str]
+    labels: tuple[str, ...]
+    values: Sequence[str]
+    starts: IntArray
     lengths: IntArray
     codes: NDArray[np.signedinteger[Any]]
     tails: Sequence[str] | None
@@ -98,23 +109,33 @@ class Requests(Sequence[Request]):
     def build(
         cls,
         head: str,
-        segments: Sequence[str],
+        labels: Sequence[str],
+        values: Sequence[Sequence[str]],
         codes: NDArray[np.signedinteger[Any]],
         *,
         rows: IntArray,
         groups: IntArray,
         tails: Sequence[str] | None = None,
         levels: Sequence[Levels] | None = None,
-        lengths: IntArray | None = None,
         **options: Any,
     ) -> Requests:
-        """Requests ``0 .. n - 1`` from their segments' codes (``options``: shared values)."""
+        """Requests ``0 .. n - 1`` (``options``: the values every request shares).
+
+        ``values[j]`` are field ``j``'s distinct values; ``codes[d, i]`` indexes
+        them all, a field's after the one before it.
+        """
         n = int(codes.shape[1])
-        if lengths is None:
-            lengths = np.fromiter(map(len, segments), np.int64, len(segments))
+        sizes = [len(v) for v in values]
+        starts = np.zeros(len(sizes), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        flat = tuple(v for field in values for v in field)
+        lengths = np.fromiter(map(len, flat), np.int64, len(flat)) + 1
+        lengths += np.repeat(np.fromiter(map(len, labels), np.int64, len(labels)), sizes)
         return cls(
             head,
-            tuple(segments),
+            tuple(labels),
+            flat,
+            starts,
             lengths,
             codes,
             None if tails is None else tuple(tails),
@@ -124,6 +145,16 @@ class Requests(Sequence[Request]):
             tuple(levels) if levels is not None else (((len(head), n),),) * n,
             **options,
         )
+
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        starts: list[int] = self.starts.tolist()
+        return starts
+
+    def segment(self, code: int) -> str:
+        """The labeled segment of value ``code``: ``"name: value\\n"``."""
+        field = bisect_right(self._starts, code) - 1
+        return self.labels[field] + self.values[code] + "\n"
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -198,16 +229,22 @@ class Requests(Sequence[Request]):
     def prompt(self, i: int) -> str:
         """Request ``i``'s prompt (a position, ``0 <= i < len(self)``)."""
         tail = "" if self.tails is None else self.tails[i]
-        segments = self.segments
-        return self.head + "".join([segments[c] for c in self.codes[:, i].tolist()]) + tail
+        return self.head + "".join(map(self.segment, self.codes[:, i].tolist())) + tail
 
     def prompts(self, start: int = 0, stop: int | None = None) -> list[str]:
         """The prompts of requests ``start .. stop - 1``, rendered together."""
         stop = len(self) if stop is None else stop
-        get = self.segments.__getitem__
-        parts = [map(get, row.tolist()) for row in self.codes[:, start:stop]]
+        count = stop - start
+        value, label = self.values.__getitem__, self.labels.__getitem__
+        parts: list[Iterable[str]] = []
+        for row in self.codes[:, start:stop]:
+            fields = np.searchsorted(self.starts, row, side="right") - 1
+            if count and fields.min() == fields.max():  # one field at this depth (one order)
+                parts += [repeat(label(int(fields[0]))), map(value, row.tolist()), repeat("\n")]
+            else:
+                parts += [map(label, fields.tolist()), map(value, row.tolist()), repeat("\n")]
         tails = repeat("") if self.tails is None else self.tails[start:stop]
-        heads = repeat(self.head, stop - start)
+        heads = repeat(self.head, count)
         return list(map("".join, zip(heads, *parts, tails, strict=False)))
 
     def prompt_lengths(self) -> IntArray:
@@ -220,8 +257,10 @@ class Requests(Sequence[Request]):
         return total
 
     def prompt_bytes(self) -> IntArray:
-        """UTF-8 bytes of each prompt, each distinct segment encoded once (nothing rendered)."""
-        per = np.fromiter(map(_utf8_len, self.segments), np.int64, len(self.segments))
+        """UTF-8 bytes of each prompt, each distinct value encoded once (nothing rendered)."""
+        per = np.fromiter(map(_utf8_len, self.values), np.int64, len(self.values)) + 1
+        labels = np.fromiter(map(_utf8_len, self.labels), np.int64, len(self.labels))
+        per += np.repeat(labels, np.diff(np.append(self.starts, len(self.values))))
         total = np.full(len(self), _utf8_len(self.head), dtype=np.int64)
         for row in self.codes:
             total += per[row]

@@ -198,8 +198,10 @@ def factorize(cells: Sequence[str]) -> tuple[list[str], Codes]:
     (['b', 'a'], [0, 1, 0], 'int8')
     """
     distinct = dict.fromkeys(cells)
-    index = dict(zip(distinct, range(len(distinct)), strict=True))
     dtype = code_dtype(len(distinct))
+    if len(distinct) == len(cells):  # every value once (free text): each row is its own code
+        return list(distinct), np.arange(len(cells), dtype=dtype)
+    index = dict(zip(distinct, range(len(distinct)), strict=True))
     return list(distinct), np.fromiter(map(index.__getitem__, cells), dtype, len(cells))
 
 
