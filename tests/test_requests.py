@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from semframe.backends.fake import FakeBackend
+from semframe.cache.keys import plan_keys, request_keys
 from semframe.core.ordering import Ordering
 from semframe.core.parse import TEXT
 from semframe.core.plan import Plan, RelQuery, make_plan
@@ -87,6 +89,9 @@ def test_columns_read_as_the_rendered_requests(
     tagged = with_options(requests, rel="r1", rel_size=n, logprobs=2)
     assert list(tagged) == [r._replace(rel="r1", rel_size=n, logprobs=2) for r in listed]
     assert list(with_options(tuple(listed), logprobs=2)) == [r._replace(logprobs=2) for r in listed]
+    # Cache keys hashed from the prompts a chunk at a time are the requests' own keys.
+    fake = FakeBackend()
+    assert plan_keys(plan, fake) == request_keys(fake, listed)
     # Equality against rendered requests, and a round trip through pickle.
     assert requests == tuple(listed)
     assert tuple(listed) == requests

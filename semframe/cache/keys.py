@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from semframe.core.requests import Requests
 from semframe.core.wire import Request
 
 if TYPE_CHECKING:
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from semframe.core.plan import Plan
 
 __all__ = ["KEY_VERSION", "cacheable", "call_key", "plan_keys", "request_key", "request_keys"]
+
+_CHUNK = 8192
+"""Prompts rendered together while keys are computed."""
 
 KEY_VERSION = "semframe-result-v2"
 """Part of every key: bump it when what a key covers changes."""
@@ -87,17 +91,12 @@ def request_keys(backend: Backend, requests: Sequence[Request]) -> list[str]:
     True
     """
     heads: dict[tuple[Any, ...], Any] = {}
-    base = [KEY_VERSION, backend.name, backend.model, backend.endpoint]
     keys: list[str] = []
     for r in requests:
         ident = (r.system, r.max_tokens, r.temperature, id(r.schema), r.logprobs)
         found = heads.get(ident)
-        if found is None:
-            schema = None if r.schema is None else json.dumps(r.schema, sort_keys=True)
-            parts = [*base, r.system, r.max_tokens, repr(float(r.temperature)), schema, r.logprobs]
-            text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
-            head = hashlib.sha256(text.encode("utf-8", "surrogatepass") + b"\x00")
-            found = heads[ident] = (head, r.schema)  # the schema is held so its id stays unique
+        if found is None:  # the schema is held so that its id stays unique
+            found = heads[ident] = (_head(backend, r), r.schema)
         digest = found[0].copy()
         digest.update(r.prompt.encode("utf-8", "surrogatepass"))
         keys.append(digest.hexdigest())
@@ -106,10 +105,38 @@ def request_keys(backend: Backend, requests: Sequence[Request]) -> list[str]:
 
 def plan_keys(plan: Plan, backend: Backend) -> list[str | None]:
     """The cache key of each request of ``plan`` (``None``: not cacheable), in plan order."""
-    wanted = [r for r in plan.requests if cacheable(r)]
+    requests = plan.requests
+    if isinstance(requests, Requests):  # one set of decoding parameters: hash the prompts
+        if not requests or not cacheable(requests[0]):  # every request is alike
+            return [None] * len(requests)
+        return list(_prompt_keys(backend, requests))
+    wanted = [r for r in requests if cacheable(r)]
     if len(wanted) == len(plan.requests):
         return list(request_keys(backend, wanted))
     keys: list[str | None] = [None] * len(plan.requests)
     for r, key in zip(wanted, request_keys(backend, wanted), strict=True):
         keys[r.id] = key
     return keys
+
+
+def _head(backend: Backend, request: Request) -> Any:
+    """A hash of everything in ``request``'s key but its prompt, then the NUL before it."""
+    schema = None if request.schema is None else json.dumps(request.schema, sort_keys=True)
+    parts: list[Any] = [KEY_VERSION, backend.name, backend.model, backend.endpoint]
+    parts.append(request.system)
+    parts += [request.max_tokens, repr(float(request.temperature)), schema, request.logprobs]
+    text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass") + b"\x00")
+
+
+def _prompt_keys(backend: Backend, requests: Requests) -> Iterator[str]:
+    """:func:`request_keys` of ``requests``, whose decoding parameters are shared.
+
+    Prompts are rendered a chunk at a time and no request is built.
+    """
+    head = _head(backend, requests[0])
+    for start in range(0, len(requests), _CHUNK):
+        for prompt in requests.prompts(start, start + _CHUNK):
+            digest = head.copy()
+            digest.update(prompt.encode("utf-8", "surrogatepass"))
+            yield digest.hexdigest()
