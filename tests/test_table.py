@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from semframe.core.table import MISSING, Table, as_table, render_value
 from semframe.errors import InputError
@@ -126,3 +128,17 @@ def test_arrow_strings_render_as_given_one_object_per_repeated_value(
     assert list(cells) == [render_value(v) for v in values]
     if distinct <= 500:  # the leading values repeat: each distinct value is one object
         assert len({id(c) for c in cells}) <= distinct + 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.none(), st.text(alphabet="ab\t\n\r\x0b\x1c\x85\u2028\u2029é ", max_size=6)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_arrow_strings_fence_every_line_break(values: list[str | None]) -> None:
+    """The byte scan that skips the per-value search never hides a break (tabs are no breaks)."""
+    for frame in (pd.DataFrame({"c": pd.array(values, "str")}), pl.DataFrame({"c": values})):
+        assert list(as_table(frame).cells["c"]) == [render_value(v) for v in values]

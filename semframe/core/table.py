@@ -371,13 +371,48 @@ def _render_arrow_strings(values: Any) -> tuple[str, ...]:
     """
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-    broken = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
     filled = pc.fill_null(values, MISSING) if values.null_count else values
     out = _shared_strings(filled)
-    if pc.any(broken).as_py():
-        for i in np.flatnonzero(broken.to_numpy(zero_copy_only=False)).tolist():
-            out[i] = fence(out[i])
+    if _may_break(values):
+        broken = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
+        if pc.any(broken).as_py():
+            for i in np.flatnonzero(broken.to_numpy(zero_copy_only=False)).tolist():
+                out[i] = fence(out[i])
     return tuple(out)
+
+
+def _may_break(values: Any) -> bool:
+    """Whether a value of an Arrow string array may hold a line break; ``False``: none does.
+
+    The characters' bytes are read as they lie in memory: ASCII text whose
+    only control character is the tab holds no line break (every ASCII
+    break is below 0x20, and the others are not ASCII). Anything else is
+    looked at value by value.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> _may_break(pa.array(["a\\tb", None])), _may_break(pa.array(["a", "b\\rc"]))
+    (False, True)
+    >>> _may_break(pa.chunked_array([["a"], ["\\u2028"]]))
+    True
+    """
+    import pyarrow as pa
+
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    for chunk in chunks:
+        if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+            return True
+        data = chunk.buffers()[2]
+        if data is None or not data.size:
+            continue
+        raw = np.frombuffer(data, dtype=np.uint8)
+        if raw.max() >= 0x80:
+            return True
+        low = raw[raw < 0x20]
+        if low.size and bool((low != 0x09).any()):
+            return True
+    return False
 
 
 _SAMPLE = 2048
