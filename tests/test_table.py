@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semframe.core.table import MISSING, Table, as_table, render_value
+from semframe.core.table import MISSING, Table, as_table, factorize, render_value
 from semframe.errors import InputError
 
 
@@ -142,3 +142,32 @@ def test_arrow_strings_fence_every_line_break(values: list[str | None]) -> None:
     """The byte scan that skips the per-value search never hides a break (tabs are no breaks)."""
     for frame in (pd.DataFrame({"c": pd.array(values, "str")}), pl.DataFrame({"c": values})):
         assert list(as_table(frame).cells["c"]) == [render_value(v) for v in values]
+
+
+@pytest.mark.parametrize("kind", ["pandas str", "polars"])
+@pytest.mark.parametrize(
+    ("distinct", "holes", "broken"),
+    [(7, True, False), (7, True, True), (20000, True, False), (20000, False, False)],
+)
+def test_arrow_factorization_is_the_cells_own(
+    kind: str, distinct: int, holes: bool, broken: bool
+) -> None:
+    """Codes that come with Arrow's encoding equal factorize() of the rendered cells."""
+    n = 20000
+    values: list[str | None] = [f"v {(i * 7919) % distinct}" for i in range(n)]
+    if holes:
+        values[5] = None
+        values[9] = MISSING  # the literal text of a missing value: the same cell
+    if broken:
+        values[3] = "two\nlines"
+    if kind == "polars":
+        frame: object = pl.DataFrame({"c": values})
+    else:
+        frame = pd.DataFrame({"c": pd.array(values, "str")})
+    table = as_table(frame)
+    cells = table.cells["c"]
+    got_values, got_codes = table.coded("c")
+    want_values, want_codes = factorize(cells)
+    assert list(got_values) == want_values
+    assert got_codes.tolist() == want_codes.tolist()
+    assert got_codes.dtype == want_codes.dtype

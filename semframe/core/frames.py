@@ -123,7 +123,7 @@ class FrameAdapter(Protocol):
         """Rendered text of ``columns``."""
         ...
 
-    def labels(self, frame: Any) -> list[object]:
+    def labels(self, frame: Any) -> Sequence[object]:
         """Row labels for messages (index labels, or positions)."""
         ...
 
@@ -177,8 +177,14 @@ class PandasAdapter:
     def to_table(self, frame: Any, columns: Sequence[str]) -> Table:
         return from_pandas(frame, columns)
 
-    def labels(self, frame: Any) -> list[object]:
-        return list(frame.index)
+    def labels(self, frame: Any) -> Sequence[object]:
+        import pandas as pd
+
+        index = frame.index
+        if type(index) is pd.RangeIndex:  # positions: held as a range, not a label per row
+            return range(index.start, index.stop, index.step)
+        labels: list[object] = index.tolist()
+        return labels
 
     def with_column(self, frame: Any, name: str, values: Sequence[Any], dtype: str) -> Any:
         import pandas as pd
@@ -219,8 +225,8 @@ class PolarsAdapter:
     def to_table(self, frame: Any, columns: Sequence[str]) -> Table:
         return from_polars(frame, columns)
 
-    def labels(self, frame: Any) -> list[object]:
-        return list(range(frame.height))
+    def labels(self, frame: Any) -> Sequence[object]:
+        return range(frame.height)
 
     def with_column(self, frame: Any, name: str, values: Sequence[Any], dtype: str) -> Any:
         import polars as pl
@@ -420,9 +426,10 @@ class Frame:
         return tuple(self.adapter.columns(self.data))
 
     @functools.cached_property
-    def labels(self) -> tuple[object, ...]:
-        """Row labels (index labels, or positions)."""
-        return tuple(self.adapter.labels(self.data))
+    def labels(self) -> Sequence[object]:
+        """Row labels (index labels, or positions): an immutable sequence."""
+        labels = self.adapter.labels(self.data)
+        return labels if isinstance(labels, range) else tuple(labels)
 
     @property
     def height(self) -> int:

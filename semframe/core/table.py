@@ -338,47 +338,63 @@ def from_pandas(frame: Any, columns: Sequence[str] | None) -> Table:
     """The rendered text of ``columns`` of a pandas frame (all when ``None``)."""
     by_name = {str(c): c for c in frame.columns}
     names = list(by_name) if columns is None else list(columns)
-    cells: dict[str, tuple[str, ...]] = {}
+    rendered = {name: _render_pandas_series(frame[by_name[name]]) for name in names}
+    return _table(names, rendered, len(frame))
+
+
+def _table(names: Sequence[str], rendered: Mapping[str, Rendered], n: int) -> Table:
+    """A table of rendered columns, with the factorizations that came with them."""
+    table = Table(tuple(names), {name: rendered[name][0] for name in names}, n)
     for name in names:
-        col = frame[by_name[name]]
-        cells[name] = _render_pandas_series(col)
-    return Table(tuple(names), cells, len(frame))
+        coded = rendered[name][1]
+        if coded is not None:
+            coded[1].flags.writeable = False
+            table._coded[name] = coded
+    return table
 
 
-def _render_pandas_series(col: Any) -> tuple[str, ...]:
+Rendered = tuple[tuple[str, ...], Coded | None]
+"""A column's rendered cells, and their :func:`factorize` when it came for free."""
+
+
+def _render_pandas_series(col: Any) -> Rendered:
     kind = col.dtype.kind
     if isinstance(col.dtype, np.dtype) and kind in "iu":
         # Plain numpy integers: no missing values possible.
-        return tuple(col.astype(str).tolist())
+        return tuple(col.astype(str).tolist()), None
     if kind == "M" and getattr(col.dtype, "tz", None) is None:
-        return _render_naive_datetimes(col.to_numpy(dtype="datetime64[us]"))
+        return _render_naive_datetimes(col.to_numpy(dtype="datetime64[us]")), None
     if type(col.dtype).__name__ == "StringDtype" and getattr(col.dtype, "storage", "") == "pyarrow":
         import pyarrow as pa  # type: ignore[import-untyped]
 
         return _render_arrow_strings(pa.array(col.array))
-    return render_column(col.tolist())
+    return render_column(col.tolist()), None
 
 
 _BREAK_CHARS = "[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"
 """A line break of any kind (:data:`_BREAK`, as a character class for Arrow's regex engine)."""
 
 
-def _render_arrow_strings(values: Any) -> tuple[str, ...]:
-    """:func:`render_column` of an Arrow string array, vectorised.
+def _render_arrow_strings(values: Any) -> Rendered:
+    """:func:`render_column` of an Arrow string array, vectorised, and its factorization.
 
     Missing values become :data:`MISSING`; only values holding a line break
-    are fenced in Python. Strings are otherwise rendered as they are.
+    are fenced in Python. Strings are otherwise rendered as they are. Where
+    Arrow's dictionary encoding made the cells (the values repeat), its codes
+    are the cells' :func:`factorize` (Arrow numbers values in order of first
+    appearance); not where a value was fenced.
     """
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     filled = pc.fill_null(values, MISSING) if values.null_count else values
-    out = _shared_strings(filled)
+    out, coded = _shared_strings(filled)
     if _may_break(values):
         broken = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
         if pc.any(broken).as_py():
+            coded = None
             for i in np.flatnonzero(broken.to_numpy(zero_copy_only=False)).tolist():
                 out[i] = fence(out[i])
-    return tuple(out)
+    return tuple(out), coded
 
 
 def _may_break(values: Any) -> bool:
@@ -419,31 +435,32 @@ _SAMPLE = 2048
 """Leading values looked at to guess whether a column repeats its values."""
 
 
-def _shared_strings(values: Any) -> list[str]:
+def _shared_strings(values: Any) -> tuple[list[str], Coded | None]:
     """An Arrow string array (no nulls) as Python strings, one object per distinct value.
 
     A column that repeats its values (a label, a category) then costs a
     pointer per row instead of a string, and hashing it later hits the
-    string's cached hash. Columns whose first values are mostly distinct are
-    converted directly (encoding them would cost more than it saves).
+    string's cached hash; its dictionary encoding comes with it. Columns
+    whose first values are mostly distinct are converted directly (encoding
+    them would cost more than it saves).
     """
     import pyarrow as pa
 
     head = values.slice(0, _SAMPLE)
     if len(values) < 2 * _SAMPLE or len(head.unique()) * 2 > len(head):
-        return list(values.to_pylist())
+        return list(values.to_pylist()), None
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     try:
         encoded = values.dictionary_encode()
     except pa.ArrowNotImplementedError:  # a string type Arrow cannot encode here
-        return list(values.to_pylist())
+        return list(values.to_pylist()), None
     distinct = encoded.dictionary.to_pylist()
     if len(distinct) * 2 > len(values):
-        return list(values.to_pylist())
-    at = encoded.indices.to_numpy(zero_copy_only=False)
+        return list(values.to_pylist()), None
+    at = encoded.indices.to_numpy(zero_copy_only=False).astype(code_dtype(len(distinct)))
     shared: list[str] = np.asarray(distinct, dtype=object)[at].tolist()
-    return shared
+    return shared, (tuple(distinct), at)
 
 
 def _render_naive_datetimes(values: Any) -> tuple[str, ...]:
@@ -461,11 +478,11 @@ def _render_naive_datetimes(values: Any) -> tuple[str, ...]:
 def from_polars(frame: Any, columns: Sequence[str] | None) -> Table:
     """The rendered text of ``columns`` of a Polars frame (all when ``None``)."""
     names = list(frame.columns) if columns is None else list(columns)
-    cells = {name: _render_polars_series(frame.get_column(name)) for name in names}
-    return Table(tuple(names), cells, frame.height)
+    rendered = {name: _render_polars_series(frame.get_column(name)) for name in names}
+    return _table(names, rendered, frame.height)
 
 
-def _render_polars_series(col: Any) -> tuple[str, ...]:
+def _render_polars_series(col: Any) -> Rendered:
     if str(col.dtype) == "String" and "pyarrow" in sys.modules:
         return _render_arrow_strings(col.to_arrow())
-    return render_column(col.to_list())
+    return render_column(col.to_list()), None
