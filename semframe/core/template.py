@@ -151,10 +151,13 @@ class Template:
             words = in_words(name, before)
             named = f"{words} above" if words else "above"
             values, codes = coded[name]
-            forms = [
-                v if 0 < len(v) <= inline and v.isprintable() and v != MISSING else named
-                for v in values
-            ]
+            forms = [named] * len(values)
+            # Only short values are said inline: their lengths are counted in C first.
+            lengths = np.fromiter(map(len, values), np.int64, len(values))
+            for i in np.flatnonzero((lengths > 0) & (lengths <= inline)).tolist():
+                v = values[i]
+                if v.isprintable() and v != MISSING:
+                    forms[i] = v
             distinct, form_of_value = factorize(forms)
             spoken.append(distinct)
             per_row.append(form_of_value[codes])
