@@ -125,8 +125,8 @@ def test_a_halt_event_stops_sending_and_keeps_what_was_answered() -> None:
     halt = threading.Event()
     seen: list[int] = []
 
-    def on_outcome(request: Request, outcome: object) -> None:
-        seen.append(request.id)
+    def on_outcome(request_id: int, outcome: object) -> None:
+        seen.append(request_id)
         if len(seen) == 5:
             halt.set()
 

@@ -282,6 +282,51 @@ class Requests(Sequence[Request]):
             levels=tuple(map(self.levels.__getitem__, listed)),
         )
 
+    def shipped(self) -> Requests:
+        """These requests alone, to send to another process: ids and rows ``0 .. n - 1``.
+
+        Only the values they use are kept (a shard of a large plan does not
+        carry the others); prompts, groups and prefixes are unchanged.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rs = Requests.build("", ("a: ",), [("x", "y", "z")], np.array([[0, 1, 2]]),
+        ...                     rows=np.array([5, 6, 7]), groups=np.array([0, 1, 2]))
+        >>> part = rs.take([2, 0]).shipped()
+        >>> part.values, [(r.id, r.row, r.prompt) for r in part]
+        (('x', 'z'), [(0, 0, 'a: z\\n'), (1, 1, 'a: x\\n')])
+        """
+        used, inverse = np.unique(self.codes, return_inverse=True)
+        fields = np.searchsorted(self.starts, used, side="right") - 1
+        n = len(self)
+        return dataclasses.replace(
+            self,
+            values=tuple(map(self.values.__getitem__, used.tolist())),
+            starts=np.searchsorted(fields, np.arange(len(self.labels))).astype(np.int64),
+            lengths=self.lengths[used],
+            codes=inverse.reshape(self.codes.shape).astype(self.codes.dtype),
+            ids=np.arange(n, dtype=np.int64),
+            rows=np.arange(n, dtype=np.int64),
+        )
+
+    def group_bounds(self) -> list[tuple[int, int]]:
+        """Runs of consecutive requests with the same prefix group, as ``(start, stop)``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rs = Requests.build("", ("a: ",), [("x",)], np.zeros((1, 4), dtype=np.int64),
+        ...                     rows=np.arange(4), groups=np.array([4, 4, 1, 4]))
+        >>> rs.group_bounds()
+        [(0, 2), (2, 3), (3, 4)]
+        """
+        n = len(self)
+        if not n:
+            return []
+        starts = [0, *(np.flatnonzero(self.groups[1:] != self.groups[:-1]) + 1).tolist()]
+        return list(zip(starts, [*starts[1:], n], strict=True))
+
 
 def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

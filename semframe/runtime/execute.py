@@ -297,7 +297,7 @@ def execute(
     halt: threading.Event | None = None,
     cache: ResultCache | None = None,
     cache_keys: Sequence[str | None] | None = None,
-    on_outcome: Callable[[Request, Outcome], None] | None = None,
+    on_outcome: Callable[[int, Outcome], None] | None = None,
 ) -> tuple[list[Outcome], RunStats]:
     """Send every request of ``plan`` to ``backend``; parse answers; never drop a row.
 
@@ -366,8 +366,8 @@ def execute(
     cache_keys : sequence of str or None, optional
         The requests' cache keys (:func:`semframe.cache.keys.plan_keys`), when known.
     on_outcome : callable, optional
-        Given each sent request and its final outcome as soon as it has one
-        (a Ray replica streams them to the driver this way).
+        Given each sent request's id and its final outcome as soon as it has
+        one (a Ray replica streams them to the driver this way).
 
     Returns
     -------
@@ -497,7 +497,7 @@ def execute(
     def record(pos: int, outcome: Outcome) -> None:
         outcomes[pos] = outcome
         if on_outcome is not None:
-            on_outcome(plan.requests[pos], outcome)
+            on_outcome(pos, outcome)
         with lock:
             totals.done += 1
             if outcome.error_kind is not None:

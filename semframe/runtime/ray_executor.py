@@ -241,10 +241,10 @@ class Replica:
         meter = _Meter(self.backend)
         events: queue.SimpleQueue[Answer | BaseException | None] = queue.SimpleQueue()
 
-        def on_outcome(request: Request, outcome: Outcome) -> None:
-            usage, completion = meter.take(request.id)
+        def on_outcome(request_id: int, outcome: Outcome) -> None:
+            usage, completion = meter.take(request_id)
             keep = completion if outcome.error_kind is None and outcome.error is None else None
-            events.put(Answer(request.id, outcome, keep, usage))
+            events.put(Answer(request_id, outcome, keep, usage))
 
         def work() -> None:
             try:

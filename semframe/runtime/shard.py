@@ -4,10 +4,14 @@ Ray pickles what an actor call carries. A shard as a :class:`~semframe.core.plan
 of :class:`~semframe.core.wire.Request` tuples costs a Python call per tuple
 each way and carries each prompt whole, so a group's shared head (the
 instructions, a long description) crosses once per row: 154 MB for 100,000
-movies-shaped prompts. :class:`Shard` sends each prompt as the characters it
-shares with the one before it plus the rest, and the requests' other fields as
-columns (one value where all agree); :class:`Answers` sends a batch of outcomes
-as columns. Both are rebuilt on the other side exactly as they were.
+movies-shaped prompts. A plan whose requests are columns
+(:class:`~semframe.core.requests.Requests`) is shipped as columns: the values
+the shard's requests use, once each, and a code per request and field; the
+replica renders each prompt as it sends it. Requests made one by one are
+shipped as :class:`Shard` sends each prompt: the characters it shares with the
+one before it plus the rest, and the requests' other fields as columns (one
+value where all agree). :class:`Answers` sends a batch of outcomes as columns.
+Both are rebuilt on the other side exactly as they were.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from itertools import repeat
 from typing import Any, NamedTuple
 
 from semframe.core.ordering import Ordering
-from semframe.core.plan import Plan, RelQuery, groups_of, without_gc
-from semframe.core.requests import subset
+from semframe.core.plan import Plan, PrefixGroup, RelQuery, groups_of, without_gc
+from semframe.core.requests import Requests
 from semframe.core.wire import Completion, Outcome, Request, Usage
 
 __all__ = ["Answer", "Answers", "Shard"]
@@ -81,6 +85,9 @@ class Shard:
     columns : tuple
         The other request fields (``system`` to ``rel_size``), each a tuple
         or one value all requests share.
+    requests : Requests or None
+        The shard's requests as columns, renumbered (a plan whose requests
+        are columns); ``kept``, ``tails`` and ``columns`` are then empty.
 
     Examples
     --------
@@ -92,11 +99,18 @@ class Shard:
     >>> rq = RelQuery("map", parse_template("Summarize {review} of {movie}."), t, TEXT)
     >>> plan = make_plan(rq, Ordering.identity(3, ("movie", "review")), "none")
     >>> shard = Shard.of(plan, [2, 1])
-    >>> shard.tails
-    ('Summarize [review] of [movie].\\n\\nmovie: Alien\\nreview: long\\n', 'review: scary\\n')
+    >>> shard.requests.values  # the values the shard uses, once each
+    ('scary', 'long', 'Alien')
     >>> [r.prompt for r in shard.plan().requests] == [plan.requests[2].prompt,
     ...                                               plan.requests[1].prompt]
     True
+
+    Requests made one by one travel as the characters each prompt shares with
+    the one before it, and the rest:
+
+    >>> made = dataclasses.replace(plan, requests=tuple(plan.requests))
+    >>> Shard.of(made, [2, 1]).tails
+    ('Summarize [review] of [movie].\\n\\nmovie: Alien\\nreview: long\\n', 'review: scary\\n')
     """
 
     relquery: RelQuery
@@ -107,6 +121,7 @@ class Shard:
     kept: tuple[int, ...]
     tails: tuple[str, ...]
     columns: tuple[Any, ...]
+    requests: Requests | None = None
 
     @classmethod
     def of(cls, plan: Plan, ids: Sequence[int]) -> Shard:
@@ -116,25 +131,22 @@ class Shard:
 
     @classmethod
     def _of(cls, plan: Plan, ids: Sequence[int]) -> Shard:
-        requests = list(subset(plan.requests, ids))
+        rq = dataclasses.replace(plan.relquery, table=plan.relquery.table.take(()))
+        ordering = plan.ordering.subset(ids)
+        shared = tuple(plan.shared_chars[i] for i in ids)
+        if isinstance(plan.requests, Requests):  # nothing rendered here
+            columnar = plan.requests.take(ids).shipped()
+            return cls(rq, plan.reorder, plan.instructions, ordering, shared, (), (), (), columnar)
+        requests = [plan.requests[i] for i in ids]
         kept, tails = _deltas(requests, ids, plan.shared_chars)
         transposed = list(zip(*requests, strict=True)) if requests else []
         columns = tuple(
             _column(transposed[3 + k]) if requests else () for k in range(len(_PER_REQUEST))
         )
-        return cls(
-            dataclasses.replace(plan.relquery, table=plan.relquery.table.take(())),
-            plan.reorder,
-            plan.instructions,
-            plan.ordering.subset(ids),
-            tuple(plan.shared_chars[i] for i in ids),
-            kept,
-            tails,
-            columns,
-        )
+        return cls(rq, plan.reorder, plan.instructions, ordering, shared, kept, tails, columns)
 
     def __len__(self) -> int:
-        return len(self.tails)
+        return len(self.tails) if self.requests is None else len(self.requests)
 
     def plan(self) -> Plan:
         """The shard as a plan: requests ``0..n-1``, each its own row, groups as in the shard."""
@@ -142,6 +154,17 @@ class Shard:
             return self._plan()
 
     def _plan(self) -> Plan:
+        if self.requests is not None:
+            groups = tuple(PrefixGroup(a, b) for a, b in self.requests.group_bounds())
+            return Plan(
+                self.relquery,
+                self.ordering,
+                self.reorder,
+                self.instructions,
+                self.requests,
+                groups,
+                self.shared_chars,
+            )
         n = len(self.tails)
         prompts = _inflate(self.kept, self.tails)
         expanded = [repeat(c.value, n) if isinstance(c, _Same) else c for c in self.columns]
