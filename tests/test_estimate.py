@@ -442,14 +442,15 @@ def test_fake_estimate_counts_slot_prefix_reuse(fake: FakeBackend) -> None:
     assert semframe.Estimate is Estimate
 
 
-def _restated_plan() -> Plan:
+def _restated_plan(restate: bool = True) -> Plan:
     table = Table.from_columns(
         {
             "movie": ["Alien", "Alien", "Alien", "Heat"],
             "review": ["tense and cold", "a classic", "too slow", "long"],
         }
     )
-    rq = RelQuery("map", parse_template("Does {review} like {movie}?"), table, TEXT, restate=True)
+    template = parse_template("Does {review} like {movie}?")
+    rq = RelQuery("map", template, table, TEXT, system="Be brief.", restate=restate)
     return make_plan(rq, Ordering.identity(4, ("movie", "review")), "none")
 
 
@@ -497,3 +498,41 @@ def test_a_slot_reuses_the_template_head_and_the_start_pieces_share() -> None:
     head = len(plan.instructions + "\n\n")
     movie = len("movie: Alien\n")
     assert plain.cached > 3 * head + 2 * movie
+
+
+@pytest.mark.parametrize("restate", [False, True])
+def test_pieces_without_ids_count_as_pieces_with_them(restate: bool) -> None:
+    """Counts kept alone (no cache can be reached) are the counts of the ids."""
+    plan = _restated_plan(restate)
+    tokenizer = openai_cost("gpt-4.1-mini", None, concurrency=8).tokenizer()
+    with_ids = Pieces(plan, tokenizer.encode)
+    counted = Pieces(plan, tokenizer.encode, ids=False)
+    assert counted.counts() == with_ids.counts()
+    assert counted.count("Be brief.") == with_ids.count("Be brief.")
+    assert counted.cache == {}  # no token ids kept
+    with pytest.raises(RuntimeError, match="counts only"):
+        counted.tokens("Be brief.")
+
+
+def test_an_estimate_that_cannot_reach_the_cache_is_the_same_without_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Short prompts (below OpenAI's 1,024 tokens) are priced alike with or without ids."""
+    import semframe.cost.estimate as estimate_module
+
+    df = pd.DataFrame({"movie": ["Alien", "Heat"] * 20, "review": [f"r {i}" for i in range(40)]})
+    kwargs: dict[str, Any] = {"op": "map", "backend": "openai", "model": "gpt-4.1-mini"}
+    seen: list[bool] = []
+    never = estimate_module._never_cached
+
+    def spy(*args: Any) -> bool:
+        seen.append(never(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(estimate_module, "_never_cached", spy)
+    fast = df.llm.estimate("Summarize {review} of {movie}", **kwargs)
+    assert seen == [True]  # counts only
+    monkeypatch.setattr(estimate_module, "_never_cached", lambda *args: False)
+    slow = df.llm.estimate("Summarize {review} of {movie}", **kwargs)
+    assert (fast.planned, fast.original) == (slow.planned, slow.original)
+    assert fast.dollars == slow.dollars

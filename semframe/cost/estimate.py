@@ -53,6 +53,7 @@ from typing import Any, cast
 from semframe.core.display import html_table, pyplot
 from semframe.core.ordering import Ordering
 from semframe.core.plan import Plan, make_plan
+from semframe.core.requests import bytes_of
 from semframe.cost.budget import Budget
 from semframe.cost.models import (
     PACE_MEANING,
@@ -62,6 +63,7 @@ from semframe.cost.models import (
     Pace,
     RunShape,
     Timing,
+    Tokenizer,
 )
 from semframe.cost.pricing import Cost, Price, cost
 from semframe.cost.simulate import Pieces, bounds, identity_bounds, simulate_clients
@@ -714,6 +716,24 @@ def _clients_wall(plan: Plan, shape: RunShape, point: CacheFigures) -> CacheFigu
     return replace(point, wall=wall)
 
 
+FRAMING_SLACK = 64
+"""Tokens allowed for the chat framing (roles, separators) when prompts are bounded by bytes."""
+
+
+def _never_cached(plan: Plan, model: CostModel, tokenizer: Tokenizer) -> bool:
+    """Whether no prompt of ``plan`` can reach ``model``'s cache minimum.
+
+    Known without tokenizing when the tokenizer's tokens are bounded by the
+    text's UTF-8 bytes: the longest prompt's bytes, the system message's and
+    :data:`FRAMING_SLACK` bound every request's tokens.
+    """
+    if not tokenizer.bytes_bound or not plan.requests:
+        return False
+    system = plan.relquery.system or ""
+    longest = int(bytes_of(plan.requests).max()) + len(system.encode("utf-8", "surrogatepass"))
+    return not model.cacheable(longest + FRAMING_SLACK)
+
+
 def _original(plan: Plan) -> Plan:
     rq = plan.relquery
     return make_plan(rq, Ordering.identity(rq.table.n_rows, rq.fields), "none")
@@ -778,12 +798,16 @@ def price_plan(
     if tokenizer.note:
         all_notes.append(tokenizer.note)
     all_notes += model.notes(shape)
-    pieces = Pieces(plan, tokenizer.encode)
+    # Token ids are kept only where a prompt may reach the cache's minimum: a
+    # tokenizer whose tokens are bounded by the text's UTF-8 bytes says when none can.
+    pieces = Pieces(plan, tokenizer.encode, ids=not _never_cached(plan, model, tokenizer))
     counts = pieces.counts()
     framing = model.framing_tokens(plan.relquery.system, pieces)
     n = len(plan.requests)
     total = sum(counts) + framing * n
     cacheable = model.cacheable(max(counts, default=0) + framing)
+    if cacheable and not pieces.ids:  # the framing's slack was passed: count again, with ids
+        pieces = Pieces(plan, tokenizer.encode)
     if cacheable:
         point = model.simulate(plan, pieces, shape)
         planned = _paced(plan, model, pieces, shape, point)

@@ -59,7 +59,9 @@ class Pieces:
     they cost one lookup per field; the pieces themselves are built only for
     the requests a cache simulation looks at. Token ids are kept as compact
     arrays (a list of Python ints takes several times the memory) and handed
-    out as lists.
+    out as lists. With ``ids=False`` only each piece's count is kept (where no
+    cache can be simulated, counts are all an estimate needs):
+    :meth:`tokens` and :meth:`span` are then unavailable.
     """
 
     def __init__(
@@ -67,10 +69,14 @@ class Pieces:
         plan: Plan,
         encode: Encoder,
         cache: dict[str, array[int]] | None = None,
+        *,
+        ids: bool = True,
     ) -> None:
         self.plan = plan
         self.encode = encode
+        self.ids = ids
         self.cache: dict[str, array[int]] = {} if cache is None else cache
+        self.sizes: dict[str, int] = {}  # without ids: each piece's token count
         rq = plan.relquery
         self.head = plan.instructions + "\n\n"
         self.cells = rq.table.cells
@@ -97,12 +103,16 @@ class Pieces:
         if rq.system:
             texts.append(rq.system)
         self._fill(texts)
-        cache = self.cache
-        self._last_counts = [len(cache[t]) for t in lasts]
+        size = self._size
+        self._last_counts = [size(t) for t in lasts]
         self.col_counts: dict[str, dict[str, int]] = {
-            f: dict(zip(values, (len(cache[t]) for t in texts), strict=True))
+            f: dict(zip(values, map(size, texts), strict=True))
             for f, (values, texts) in segments.items()
         }
+
+    def _size(self, text: str) -> int:
+        """The token count of ``text``, tokenized already."""
+        return len(self.cache[text]) if self.ids else self.sizes[text]
 
     def _parts(self, i: int) -> list[str]:
         order = self.plan.ordering.fields[i]
@@ -118,15 +128,21 @@ class Pieces:
 
     def _fill(self, texts: Sequence[str]) -> None:
         """Tokenize the ``texts`` not yet known, a chunk at a time, in order of first use."""
-        cache = self.cache
-        new = list(dict.fromkeys(t for t in texts if t not in cache))
+        known = self.cache if self.ids else self.sizes
+        new = list(dict.fromkeys(t for t in texts if t not in known))
         for lo in range(0, len(new), _FILL_CHUNK):
             chunk = new[lo : lo + _FILL_CHUNK]
-            for text, toks in zip(chunk, self.encode(chunk), strict=True):
-                cache[text] = _compact(toks)
+            if self.ids:
+                for text, toks in zip(chunk, self.encode(chunk), strict=True):
+                    self.cache[text] = _compact(toks)
+            else:
+                self.sizes.update(zip(chunk, map(len, self.encode(chunk)), strict=True))
 
     def tokens(self, text: str) -> list[int]:
         """The token ids of ``text`` (tokenized on first use)."""
+        if not self.ids:
+            msg = "internal: token ids asked of pieces that keep counts only"
+            raise RuntimeError(msg)
         found = self.cache.get(text)
         if found is None:
             self._fill([text])
@@ -135,11 +151,9 @@ class Pieces:
 
     def count(self, text: str) -> int:
         """The number of tokens of ``text`` (tokenized on first use)."""
-        found = self.cache.get(text)
-        if found is None:
+        if text not in (self.cache if self.ids else self.sizes):
             self._fill([text])
-            found = self.cache[text]
-        return len(found)
+        return self._size(text)
 
     def span(self, i: int, start: int, end: int) -> list[int]:
         """Tokens of ``prompt[start:end]`` of request ``i`` (piece boundaries assumed)."""
@@ -158,16 +172,16 @@ class Pieces:
         """Prompt tokens of every request (without chat framing)."""
         plan = self.plan
         if not self.layout:
-            return [len(self.cache[p]) for p in prompts_of(plan.requests)]
+            return list(map(self._size, prompts_of(plan.requests)))
         n = len(plan.requests)
         rows = self.rows
-        total = np.full(n, len(self.cache[self.head]), dtype=np.int64)
+        total = np.full(n, self._size(self.head), dtype=np.int64)
         for f in plan.relquery.fields:
             values, codes = plan.relquery.table.coded(f)
             per_value = np.fromiter(map(self.col_counts[f].__getitem__, values), np.int64)
             total += per_value[codes[rows]]
         if self.tails:  # the last field's piece carries the restated question
-            fields, head = plan.ordering.fields, len(self.cache[self.head])
+            fields, head = plan.ordering.fields, self._size(self.head)
             total += np.fromiter(
                 (
                     last - (self.col_counts[o[-1]][self.cells[o[-1]][row]] if o else head)
