@@ -146,3 +146,28 @@ def test_no_halt_event_set_sends_everything() -> None:
     plan = _plan(df, "Review {review} of {movie}")
     outcomes, _ = execute(plan, FakeBackend(), progress="off", halt=threading.Event())
     assert len(outcomes) == 10 and all(o.ok for o in outcomes)
+
+
+def test_the_garbage_collector_is_paused_during_a_run_and_back_after() -> None:
+    """A run pauses the cyclic collector (paced), and turns it back on however it ends."""
+    import gc
+
+    df = pd.DataFrame({"movie": ["A", "B", "C"], "review": ["x", "y", "z"]})
+    plan = _plan(df, "Review {review} of {movie}")
+    seen: list[bool] = []
+
+    def respond(request: Request) -> str:
+        seen.append(gc.isenabled())
+        return "ok"
+
+    assert gc.isenabled()
+    execute(plan, FakeBackend(respond), progress="off")
+    assert seen == [False, False, False]
+    assert gc.isenabled()
+
+    def fail(request: Request) -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(plan, FakeBackend(fail), progress="off")
+    assert gc.isenabled()

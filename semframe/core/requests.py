@@ -27,7 +27,16 @@ from numpy.typing import NDArray
 
 from semframe.core.wire import Request
 
-__all__ = ["Requests", "bytes_of", "chars_of", "prompts_of", "rows_of", "subset", "with_options"]
+__all__ = [
+    "Requests",
+    "bytes_of",
+    "chars_of",
+    "ids_of",
+    "prompts_of",
+    "rows_of",
+    "subset",
+    "with_options",
+]
 
 IntArray = NDArray[np.int64]
 Levels = tuple[tuple[int, int], ...]
@@ -410,3 +419,17 @@ def bytes_of(requests: Sequence[Request]) -> IntArray:
     if isinstance(requests, Requests):
         return requests.prompt_bytes()
     return np.fromiter((_utf8_len(r.prompt) for r in requests), np.int64, len(requests))
+
+
+def ids_of(requests: Sequence[Request]) -> list[int]:
+    """Each request's id, in order (nothing rendered).
+
+    Examples
+    --------
+    >>> ids_of([Request(7, 5, "p", None, 8, 0.0, None, 0)])
+    [7]
+    """
+    if isinstance(requests, Requests):
+        ids: list[int] = requests.ids.tolist()
+        return ids
+    return [r.id for r in requests]

@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -37,7 +38,7 @@ from semframe.cache.keys import plan_keys
 from semframe.cache.serve import Served, serve_stored
 from semframe.core.parse import ParseError, accept
 from semframe.core.plan import Plan, PrefixGroup
-from semframe.core.requests import subset, with_options
+from semframe.core.requests import ids_of, subset, with_options
 from semframe.core.wire import Completion, Outcome, Request, Usage
 from semframe.cost.framing import MESSAGE_OVERHEAD, REPLY_PRIMING, ROLE_TOKENS
 from semframe.errors import (
@@ -498,6 +499,7 @@ def execute(
         outcomes[pos] = outcome
         if on_outcome is not None:
             on_outcome(pos, outcome)
+        collect()
         with lock:
             totals.done += 1
             if outcome.error_kind is not None:
@@ -505,62 +507,65 @@ def execute(
             if bar is not None:
                 bar.update(totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors)
 
+    sent_ids = ids_of(send.requests)
+
     def record_at(pos: int, outcome: Outcome) -> None:  # ``pos`` in ``send``
-        record(send.requests[pos].id, outcome)
+        record(sent_ids[pos], outcome)
 
     halted: list[bool] = []
     pacer = Pacer(workers, rpm=rpm, tpm=tpm, account=account_of(backend))
-    try:
-        if m == 0:
-            pass  # everything came from the result cache
-        elif caps.async_io:
-            deadlines = None if timeout is None else Deadlines(timeout, row_timeout)
-            drive = _async_driver(
-                cast(AsyncBackend, backend), start_attempts, pacer, deadlines, in_flight
-            )
-            aio.run(
-                run_async(
+    with paced_collector() as collect:
+        try:
+            if m == 0:
+                pass  # everything came from the result cache
+            elif caps.async_io:
+                deadlines = None if timeout is None else Deadlines(timeout, row_timeout)
+                drive = _async_driver(
+                    cast(AsyncBackend, backend), start_attempts, pacer, deadlines, in_flight
+                )
+                aio.run(
+                    run_async(
+                        send,
+                        workers,
+                        drive=drive,
+                        record=record_at,
+                        should_stop=should_stop,
+                        halted=halted,
+                        hold=None if deadlines is None else deadlines.hold,
+                        warm=warm,
+                        room=_room(send, plan, backend, workers),
+                    )
+                )
+            elif workers == 1:
+                for request in send.requests:
+                    if should_stop is not None and should_stop(0):
+                        halted.append(True)
+                        break
+                    record(request.id, run_one(request, 0))
+            else:
+                run_threads(
                     send,
                     workers,
-                    drive=drive,
-                    record=record_at,
+                    run_one,
+                    record_at,
+                    group_aware=group_aware,
                     should_stop=should_stop,
                     halted=halted,
-                    hold=None if deadlines is None else deadlines.hold,
-                    warm=warm,
-                    room=_room(send, plan, backend, workers),
                 )
-            )
-        elif workers == 1:
-            for request in send.requests:
-                if should_stop is not None and should_stop(0):
-                    halted.append(True)
-                    break
-                record(request.id, run_one(request, 0))
-        else:
-            run_threads(
-                send,
-                workers,
-                run_one,
-                record_at,
-                group_aware=group_aware,
-                should_stop=should_stop,
-                halted=halted,
-            )
-    except RunAborted as exc:
-        exc.outcomes = plan.restore(outcomes)
-        exc.answered = count_answered(outcomes)
-        exc.args = (f"{exc.args[0]} ({exc.answered} of {n} rows had been answered)",)
-        raise
-    except KeyboardInterrupt as exc:
-        raise interrupted(
-            plan, outcomes, stored=cache is not None, in_flight=in_flight.waiting()[0]
-        ) from exc
-    finally:
-        if bar is not None:
-            bar.close()
-        if cache is not None:
-            cache.flush()  # answers so far are kept, however the run ended
+        except RunAborted as exc:
+            exc.outcomes = plan.restore(outcomes)
+            exc.answered = count_answered(outcomes)
+            exc.args = (f"{exc.args[0]} ({exc.answered} of {n} rows had been answered)",)
+            raise
+        except KeyboardInterrupt as exc:
+            raise interrupted(
+                plan, outcomes, stored=cache is not None, in_flight=in_flight.waiting()[0]
+            ) from exc
+        finally:
+            if bar is not None:
+                bar.close()
+            if cache is not None:
+                cache.flush()  # answers so far are kept, however the run ended
     done = [o for o in outcomes if o is not None]
     totals.rate_limited, totals.paced_s = pacer.throttled, pacer.paced_s
     stats = run_stats(plan, backend, totals, start, workers, batch=False)
@@ -580,6 +585,55 @@ def execute(
         msg = f"internal error: {n - len(done)} requests were never answered"
         raise SemframeError(msg)
     return done, stats
+
+
+COLLECT_EVERY_S = 30.0
+"""During a run the cyclic garbage collector runs in full at most this often (seconds)."""
+
+
+@contextlib.contextmanager
+def paced_collector(every: float = COLLECT_EVERY_S) -> Iterator[Callable[[], None]]:
+    """The cyclic garbage collector paused; the function given runs it when ``every`` s passed.
+
+    A run makes several objects per row (a request, its completion, usage and
+    outcome) and keeps an outcome per row: with the collector on, each full
+    collection scans every one of them, and full collections come as the
+    objects grow (15% of a 1,000,000-row run's time on the fake backend). The
+    objects hold no cycles; what an exception's traceback may tie up is
+    collected at the latest ``every`` seconds on (called per answer), and when
+    the run ends.
+
+    Examples
+    --------
+    >>> import gc
+    >>> with paced_collector() as collect:
+    ...     collect()  # too soon: nothing runs
+    ...     gc.isenabled()
+    False
+    >>> gc.isenabled()
+    True
+    """
+    if not gc.isenabled():
+        yield _nothing
+        return
+    gc.disable()
+    last = time.monotonic()
+
+    def collect() -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= every:
+            last = now
+            gc.collect()
+
+    try:
+        yield collect
+    finally:
+        gc.enable()
+
+
+def _nothing() -> None:
+    pass
 
 
 def count_answered(outcomes: Iterable[Outcome | None]) -> int:
