@@ -327,6 +327,15 @@ SETTINGS: dict[str, Setting] = {
             "Send through the provider's batch API (50% off; results within 24 h).",
         ),
         Setting(
+            "token_sample",
+            _non_negative_int,
+            20_000,
+            "Estimates where no prompt can reach the backend's cache minimum (its UTF-8 bytes "
+            "say so): a field with more distinct values than this has this many of them "
+            "tokenized and the rest counted by their UTF-8 bytes at the sample's tokens per "
+            "byte (the estimate says so, its tokens marked approx.). 0: tokenize every value.",
+        ),
+        Setting(
             "prices",
             _prices,
             None,

@@ -536,3 +536,48 @@ def test_an_estimate_that_cannot_reach_the_cache_is_the_same_without_ids(
     slow = df.llm.estimate("Summarize {review} of {movie}", **kwargs)
     assert (fast.planned, fast.original) == (slow.planned, slow.original)
     assert fast.dollars == slow.dollars
+
+
+def _reviews_plan(rows: int) -> Plan:
+    words = ["a", "great", "slow", "film", "with", "cold", "dark", "plot", "and", "warm"]
+    table = Table.from_columns(
+        {
+            "movie": [f"movie {i % 7}" for i in range(rows)],
+            "review": [
+                " ".join(words[(i * k) % len(words)] for k in range(3 + i % 17)) + f" #{i}"
+                for i in range(rows)
+            ],
+        }
+    )
+    rq = RelQuery("map", parse_template("Summarize {review} of {movie}"), table, TEXT)
+    return make_plan(rq, Ordering.identity(rows, ("movie", "review")), "none")
+
+
+def test_sampled_counts_scale_the_unsampled_values_by_their_bytes() -> None:
+    """A field with more distinct values than ``sample``: ``sample`` counted, the rest scaled."""
+    plan = _reviews_plan(2000)
+    tokenizer = openai_cost("gpt-4.1-mini", None, concurrency=8).tokenizer()
+    exact = Pieces(plan, tokenizer.encode, ids=False)
+    sampled = Pieces(plan, tokenizer.encode, ids=False, sample=300)
+    assert exact.sampled == {}
+    assert sampled.sampled == {"review": (300, 2000)}  # "movie" has 7 values: all counted
+    assert list(sampled.value_counts["movie"]) == list(exact.value_counts["movie"])
+    same = sampled.value_counts["review"] == exact.value_counts["review"]
+    assert same.sum() >= 300  # the drawn values are counted exactly
+    total, approx = sum(exact.counts()), sum(sampled.counts())
+    assert abs(approx - total) / total < 0.02
+    again = Pieces(plan, tokenizer.encode, ids=False, sample=300)
+    assert again.counts() == sampled.counts()  # a fixed draw
+    assert Pieces(plan, tokenizer.encode, sample=300).sampled == {}  # with ids: all counted
+
+
+def test_an_estimate_says_when_it_sampled_token_counts() -> None:
+    df = pd.DataFrame({"review": [f"review number {i} of a film" for i in range(400)]})
+    kwargs: dict[str, Any] = {"op": "map", "backend": "openai", "model": "gpt-4.1-mini"}
+    exact = df.llm.estimate("Summarize {review}", token_sample=0, **kwargs)
+    sampled = df.llm.estimate("Summarize {review}", token_sample=100, **kwargs)
+    assert exact.exact_tokens and not sampled.exact_tokens
+    assert any("100 of its 400 distinct values tokenized" in note for note in sampled.notes)
+    assert not any("tokenized, the others" in note for note in exact.notes)
+    assert sampled.dollars is not None and exact.dollars is not None
+    assert abs(sampled.dollars - exact.dollars) / exact.dollars < 0.03

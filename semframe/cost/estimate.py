@@ -800,7 +800,8 @@ def price_plan(
     all_notes += model.notes(shape)
     # Token ids are kept only where a prompt may reach the cache's minimum: a
     # tokenizer whose tokens are bounded by the text's UTF-8 bytes says when none can.
-    pieces = Pieces(plan, tokenizer.encode, ids=not _never_cached(plan, model, tokenizer))
+    never = _never_cached(plan, model, tokenizer)
+    pieces = Pieces(plan, tokenizer.encode, ids=not never, sample=shape.token_sample * never)
     counts = pieces.counts()
     framing = model.framing_tokens(plan.relquery.system, pieces)
     n = len(plan.requests)
@@ -808,6 +809,14 @@ def price_plan(
     cacheable = model.cacheable(max(counts, default=0) + framing)
     if cacheable and not pieces.ids:  # the framing's slack was passed: count again, with ids
         pieces = Pieces(plan, tokenizer.encode)
+        counts = pieces.counts()
+        total = sum(counts) + framing * n
+    for name, (tokenized, values) in pieces.sampled.items():
+        all_notes.append(
+            f"token counts of {name!r}: {tokenized:,} of its {values:,} distinct values "
+            "tokenized, the others counted by their UTF-8 bytes at the same tokens per byte "
+            "(token_sample=0 tokenizes every value)"
+        )
     if cacheable:
         point = model.simulate(plan, pieces, shape)
         planned = _paced(plan, model, pieces, shape, point)
@@ -841,7 +850,7 @@ def price_plan(
         planned=planned,
         original=original,
         batch=shape.batch and model.price is not None,
-        exact_tokens=tokenizer.exact,
+        exact_tokens=tokenizer.exact and not pieces.sampled,
         output_source=output_source,
         probe_cost=probe_cost,
         price=model.price,

@@ -345,6 +345,10 @@ class RunShape:
         its cache (``executor="ray"`` replicas of an API backend): the plan
         positions each client sends, in order; ``workers`` is then each
         client's. None: one client sends the whole plan.
+    token_sample : int
+        Where no prompt can reach the cache's minimum, a field with more
+        distinct values than this has this many tokenized and the others
+        counted by their bytes (the ``token_sample`` setting; 0: all tokenized).
     """
 
     workers: int
@@ -356,6 +360,7 @@ class RunShape:
     pace: Pace = "modelled"
     slots: int | None = None
     split: Callable[[Plan], Sequence[Sequence[int]]] | None = None
+    token_sample: int = 0
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from semframe.core.plan import Plan, groups_of, row_tails
 from semframe.core.requests import prompts_of, rows_of
@@ -40,6 +41,8 @@ Encoder = Callable[[Sequence[str]], list[list[int]]]
 """Texts to token ids (pseudo-ids where only counts are known)."""
 
 
+IntArray = NDArray[np.int64]
+
 _FILL_CHUNK = 4096
 """Texts tokenized per call to the encoder: the token-id lists of one chunk at a time are alive."""
 
@@ -61,7 +64,10 @@ class Pieces:
     arrays (a list of Python ints takes several times the memory) and handed
     out as lists. With ``ids=False`` only each piece's count is kept (where no
     cache can be simulated, counts are all an estimate needs):
-    :meth:`tokens` and :meth:`span` are then unavailable.
+    :meth:`tokens` and :meth:`span` are then unavailable; with ``sample`` too,
+    a field with more distinct values than that has ``sample`` of them
+    tokenized (a fixed draw) and the others counted as their UTF-8 bytes times
+    the sample's tokens per byte (:attr:`sampled` lists such fields).
     """
 
     def __init__(
@@ -71,12 +77,14 @@ class Pieces:
         cache: dict[str, array[int]] | None = None,
         *,
         ids: bool = True,
+        sample: int = 0,
     ) -> None:
         self.plan = plan
         self.encode = encode
         self.ids = ids
         self.cache: dict[str, array[int]] = {} if cache is None else cache
         self.sizes: dict[str, int] = {}  # without ids: each piece's token count
+        self.sampled: dict[str, tuple[int, int]] = {}  # field -> (values tokenized, values)
         rq = plan.relquery
         self.head = plan.instructions + "\n\n"
         self.cells = rq.table.cells
@@ -86,16 +94,20 @@ class Pieces:
         # field and the one starting the question would count as two tokens, not one.
         self.rows = rows_of(plan.requests)
         self.tails = list(row_tails(rq, self.rows)) if rq.restate else []
-        sample = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
-        self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in sample)
-        segments: dict[str, tuple[tuple[str, ...], list[str]]] = {}
+        looked = sorted({0, n // 2, n - 1, *range(min(n, 16))} & set(range(n)))
+        self.layout = all("".join(self._parts(i)) == plan.requests[i].prompt for i in looked)
+        segments: dict[str, list[str]] = {}
         lasts: list[str] = []  # each request's last piece, where it carries the question
+        self.value_counts: dict[str, IntArray] = {}  # per field: tokens of each distinct value
         if self.layout:
             texts = [self.head]
             for f in rq.fields:
                 values = rq.table.coded(f)[0]
-                segments[f] = values, [f"{f}: {v}\n" for v in values]
-                texts += segments[f][1]
+                if not ids and 0 < sample < len(values):
+                    self.value_counts[f] = self._sampled(f, values, sample)
+                    continue
+                segments[f] = [f"{f}: {v}\n" for v in values]
+                texts += segments[f]
             lasts = [self._parts(i)[-1] for i in range(n)] if self.tails else []
             texts += lasts
         else:  # not the planner's layout: whole prompts are the pieces
@@ -105,10 +117,27 @@ class Pieces:
         self._fill(texts)
         size = self._size
         self._last_counts = [size(t) for t in lasts]
-        self.col_counts: dict[str, dict[str, int]] = {
-            f: dict(zip(values, map(size, texts), strict=True))
-            for f, (values, texts) in segments.items()
-        }
+        for f, pieces in segments.items():
+            self.value_counts[f] = np.fromiter(map(size, pieces), np.int64, len(pieces))
+
+    def _sampled(self, field: str, values: Sequence[str], sample: int) -> IntArray:
+        """Token counts of ``values``' segments: ``sample`` tokenized, the rest by their bytes."""
+        label = len(f"{field}: \n".encode("utf-8", "surrogatepass"))
+        size = np.fromiter(map(len, values), np.int64, len(values)) + label
+        for i, v in enumerate(values):  # the non-ASCII ones: their UTF-8 bytes
+            if not v.isascii():
+                size[i] = len(v.encode("utf-8", "surrogatepass")) + label
+        drawn = np.sort(np.random.default_rng(len(values)).choice(len(values), sample, False))
+        counted = np.fromiter(
+            map(len, self.encode([f"{field}: {values[i]}\n" for i in drawn.tolist()])),
+            np.int64,
+            sample,
+        )
+        per_byte = counted.sum() / max(int(size[drawn].sum()), 1)
+        counts: IntArray = np.rint(size * per_byte).astype(np.int64)
+        counts[drawn] = counted
+        self.sampled[field] = (sample, len(values))
+        return counts
 
     def _size(self, text: str) -> int:
         """The token count of ``text``, tokenized already."""
@@ -176,15 +205,18 @@ class Pieces:
         n = len(plan.requests)
         rows = self.rows
         total = np.full(n, self._size(self.head), dtype=np.int64)
+        table = plan.relquery.table
         for f in plan.relquery.fields:
-            values, codes = plan.relquery.table.coded(f)
-            per_value = np.fromiter(map(self.col_counts[f].__getitem__, values), np.int64)
-            total += per_value[codes[rows]]
+            total += self.value_counts[f][table.coded(f)[1][rows]]
         if self.tails:  # the last field's piece carries the restated question
             fields, head = plan.ordering.fields, self._size(self.head)
+
+            def own(order: tuple[str, ...], row: int) -> int:  # the last field's count alone
+                return int(self.value_counts[order[-1]][table.coded(order[-1])[1][row]])
+
             total += np.fromiter(
                 (
-                    last - (self.col_counts[o[-1]][self.cells[o[-1]][row]] if o else head)
+                    last - (own(o, row) if o else head)
                     for last, row, o in zip(self._last_counts, rows.tolist(), fields, strict=True)
                 ),
                 np.int64,

@@ -132,6 +132,7 @@ def estimate_plan(
         latency=latency,
         warm=warm_start(model, settings["warm_start"]),
         slots=slots,
+        token_sample=settings["token_sample"],
     )
     replicas = settings["replicas"] if settings["executor"] == "ray" else 1
     if replicas > 1 and not settings["batch"]:
