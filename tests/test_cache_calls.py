@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import polars as pl
@@ -227,3 +228,30 @@ def test_estimate_counts_only_rows_the_cache_cannot_answer(fake: FakeBackend) ->
     done = df.llm.estimate(TEMPLATE)
     assert (done.requests, done.tokens) == (0, 0)
     assert len(fake.history) == 8, "estimating sends nothing"
+
+
+def test_a_large_estimate_probes_the_cache_before_looking_every_key_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above PROBE_ABOVE requests: nothing stored among a fixed draw means nothing is looked up."""
+    from semframe.runtime import call as call_module
+
+    monkeypatch.setattr(call_module, "PROBE_ABOVE", 50)
+    monkeypatch.setattr(call_module, "PROBE_KEYS", 20)
+    df = pd.DataFrame({"review": [f"review {i}" for i in range(200)]})
+    kwargs: dict[str, Any] = {"op": "map", "backend": "fake", "cache_dir": str(tmp_path)}
+    looked: list[int] = []
+    plan_keys = call_module.plan_keys
+
+    def counting(plan: Any, backend: Any) -> Any:
+        looked.append(len(plan.requests))
+        return plan_keys(plan, backend)
+
+    monkeypatch.setattr(call_module, "plan_keys", counting)
+    first = df.llm.estimate("Echo {review}", **kwargs)
+    assert looked == [] and first.requests == 200  # an empty cache: no key computed but the draw
+    df.iloc[:150].llm.map("Echo {review}", backend="fake", cache_dir=str(tmp_path), progress="off")
+    looked.clear()
+    second = df.llm.estimate("Echo {review}", **kwargs)
+    assert looked == [200]  # the draw found stored answers: every key looked up
+    assert second.requests == 50
