@@ -105,6 +105,9 @@ PER_REQUEST_CHARS = 400.0
 
 A stand-in for its decode and per-request overhead (about 100 prompt tokens)."""
 
+GATHER_S = 0.01
+"""Seconds a replica lets answers gather before it streams them to the driver as one batch."""
+
 START_TIMEOUT_S = 600.0
 """How long replicas may take to start (an engine loading its model) before the run fails."""
 
@@ -272,6 +275,10 @@ class Replica:
         threading.Thread(target=work, name=f"semframe-replica-{self.index}", daemon=True).start()
         while True:
             item = events.get()
+            if isinstance(item, Answer):
+                # Let answers gather: woken for each one, this thread would take the
+                # interpreter's lock from the executor's once per answer.
+                time.sleep(GATHER_S)
             batch: list[Answer] = []
             while isinstance(item, Answer):
                 batch.append(item)
