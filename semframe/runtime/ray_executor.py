@@ -55,7 +55,7 @@ from semframe.backends.base import AsyncBackend, Backend, Capabilities
 from semframe.cache.store import ResultCache
 from semframe.config import ResolvedConfig
 from semframe.core.plan import Plan, groups_of
-from semframe.core.requests import subset
+from semframe.core.requests import ids_of, subset
 from semframe.core.wire import Completion, Outcome, Request, Usage
 from semframe.cost.models import CostModel, warm_start
 from semframe.errors import (
@@ -128,39 +128,43 @@ def require_ray() -> Any:
 
 
 class _Meter:
-    """A backend that remembers each request's usage (every attempt) and last answer."""
+    """A backend that remembers each request's usage (every attempt) and last answer.
 
-    def __init__(self, inner: Backend) -> None:
+    The answers are kept only with ``answers`` (the driver stores them). A
+    request's attempts follow one another, never overlap, and each dict
+    operation is atomic: no lock is needed between the executor's workers.
+    """
+
+    def __init__(self, inner: Backend, *, answers: bool = True) -> None:
         self.inner = inner
         self.name: str = inner.name
         self.model: str = inner.model
         self.endpoint: str | None = inner.endpoint
         self.capabilities: Capabilities = inner.capabilities
         self.cost: CostModel = inner.cost
-        self._lock = threading.Lock()
+        self._answers = answers
         self._usage: dict[int, Usage] = {}
         self._last: dict[int, Completion] = {}
 
     def _seen(self, request: Request, completion: Completion) -> None:
         u = completion.usage
-        with self._lock:
-            was = self._usage.get(request.id)
-            self._usage[request.id] = (
-                u
-                if was is None
-                else Usage(
-                    was.prompt_tokens + u.prompt_tokens,
-                    was.cached_tokens + u.cached_tokens,
-                    was.cache_write_tokens + u.cache_write_tokens,
-                    was.output_tokens + u.output_tokens,
-                )
+        was = self._usage.get(request.id)
+        self._usage[request.id] = (
+            u
+            if was is None
+            else Usage(
+                was.prompt_tokens + u.prompt_tokens,
+                was.cached_tokens + u.cached_tokens,
+                was.cache_write_tokens + u.cache_write_tokens,
+                was.output_tokens + u.output_tokens,
             )
+        )
+        if self._answers:
             self._last[request.id] = completion
 
     def take(self, request_id: int) -> tuple[Usage, Completion | None]:
         """The request's summed usage and last answer (forgotten here)."""
-        with self._lock:
-            return self._usage.pop(request_id, Usage()), self._last.pop(request_id, None)
+        return self._usage.pop(request_id, Usage()), self._last.pop(request_id, None)
 
     def complete(self, request: Request, *, slot: int | None = None) -> Completion:
         completion = self.inner.complete(request, slot=slot)
@@ -241,7 +245,7 @@ class Replica:
         self._stop.clear()
         cfg = settings
         shard = packed.plan()
-        meter = _Meter(self.backend)
+        meter = _Meter(self.backend, answers=completions)
         events: queue.SimpleQueue[Answer | BaseException | None] = queue.SimpleQueue()
 
         def on_outcome(request_id: int, outcome: Outcome) -> None:
@@ -738,7 +742,7 @@ def execute_ray(
             )
             # What a replica may have in flight (sent, the answer not streamed back).
             window = in_flight_window(settings, backend, replicas)
-            run.dispatch([r.id for r in send.requests])
+            run.dispatch(ids_of(send.requests))
             while run.active:
                 try:
                     kind, number, payload = run.events.get(timeout=0.1)
