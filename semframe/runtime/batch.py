@@ -163,7 +163,7 @@ def run_batch(
                     )
                     outcomes[rid] = Outcome(value, result.text, None, note, attempts[rid])
                     if keep is not None and note is None:  # a kept cut answer is never stored
-                        keep(request, result)
+                        keep(rid, result)
                 except ParseError as exc:
                     if parse_left[rid] <= 0:
                         outcomes[rid] = Outcome(None, result.text, "parse", str(exc), attempts[rid])

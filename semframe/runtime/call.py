@@ -31,7 +31,7 @@ from semframe.cache.store import ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
-from semframe.core.requests import bytes_of, subset, with_options
+from semframe.core.requests import bytes_of, rows_of, subset, with_options
 from semframe.core.wire import Outcome, Usage
 from semframe.cost.models import CostModel, warm_start
 from semframe.errors import BudgetExceeded, ConfigError, InputError, MissingDependencyError
@@ -464,7 +464,7 @@ def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:
         return plan, 0
     left = [i for i, o in enumerate(outcomes) if o is None]
     rq = plan.relquery
-    sub = dataclasses.replace(rq, table=rq.table.take([plan.requests[i].row for i in left]))
+    sub = dataclasses.replace(rq, table=rq.table.take(rows_of(plan.requests)[left].tolist()))
     return make_plan(sub, plan.ordering.subset(left), plan.reorder), served.rows
 
 

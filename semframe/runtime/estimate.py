@@ -20,6 +20,7 @@ from typing import Any
 from semframe.backends import Backend, cost_model, get_backend
 from semframe.config import cache_dir
 from semframe.core.plan import Plan, make_plan
+from semframe.core.requests import rows_of
 from semframe.cost.estimate import Estimate, Figures, price_plan
 from semframe.cost.models import CostModel, LatencyModel, RunShape, warm_start
 from semframe.errors import ConfigError, InputError, MissingDependencyError, plural
@@ -53,7 +54,7 @@ def probe_output(
     picked = sorted(random.Random(0).sample(range(n), k))
     rq = plan.relquery
     sub = dataclasses.replace(
-        rq, table=rq.table.take([plan.requests[i].row for i in picked]), logprobs=0
+        rq, table=rq.table.take(rows_of(plan.requests)[picked].tolist()), logprobs=0
     )
     _, stats = execute(
         make_plan(sub, plan.ordering.subset(picked), "probe"),
@@ -194,7 +195,7 @@ def _on_replicas(  # noqa: PLR0917
     rq = plan.relquery
     parts = []
     for ids in _shards(plan, replicas):
-        rows = [plan.requests[i].row for i in ids]
+        rows = rows_of(plan.requests)[ids].tolist()
         sub = dataclasses.replace(rq, table=rq.table.take(rows))
         shard = make_plan(sub, plan.ordering.subset(ids), plan.reorder)
         parts.append(

@@ -81,8 +81,8 @@ requests with a final outcome and ``in_flight`` those sent and not yet
 answered. Returning True stops dispatching; requests in flight complete and
 are kept (see :func:`execute`)."""
 
-Keep = Callable[[Request, Completion], None]
-"""Given every answer that parsed (the result cache stores it)."""
+Keep = Callable[[int, Completion], None]
+"""Given the request id of every answer that parsed, and the answer (the result cache stores it)."""
 
 
 @dataclass
@@ -264,7 +264,7 @@ def attempts(
                 totals.retries += 1
             continue
         if keep is not None and note is None:
-            keep(request, result)
+            keep(request.id, result)
         return Outcome(value, raw, None, note, tries, result.tokens)
 
 
@@ -467,7 +467,7 @@ def execute(
                 with lock:
                     totals.add(first.usage)
                 if keep is not None and note is None:
-                    keep(request, first)
+                    keep(request.id, first)
                 return Outcome(value, first.text, None, note, 1, first.tokens)
         steps = start_attempts(request)
         command = next(steps)  # the first attempt, sent above
@@ -867,8 +867,8 @@ def serve_from_cache(
             cache.count_hits(backend.name, backend.model, served.rows)
     known = keys
 
-    def keep(request: Request, completion: Completion) -> None:
-        key = known[request.id]
+    def keep(request_id: int, completion: Completion) -> None:
+        key = known[request_id]
         if key is not None:
             cache.put(key, backend, completion)
 

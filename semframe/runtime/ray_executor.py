@@ -757,7 +757,7 @@ def execute_ray(
                         for k in fresh:
                             completion = batch.completions[k]
                             if completion is not None:
-                                keep(plan.requests[job.ids[batch.ids[k]]], completion)
+                                keep(job.ids[batch.ids[k]], completion)
                     if bar is not None:
                         bar.update(
                             totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors
