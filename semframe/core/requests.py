@@ -242,8 +242,8 @@ class Requests(Sequence[Request]):
 
     def prompts(self, start: int = 0, stop: int | None = None) -> list[str]:
         """The prompts of requests ``start .. stop - 1``, rendered together."""
-        stop = len(self) if stop is None else stop
-        count = stop - start
+        stop = len(self) if stop is None else min(stop, len(self))
+        count = max(0, stop - start)
         value, label = self.values.__getitem__, self.labels.__getitem__
         parts: list[Iterable[str]] = []
         for row in self.codes[:, start:stop]:
