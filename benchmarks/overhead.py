@@ -28,6 +28,15 @@ with the results. Writes ``benchmarks/results/overhead_calls.json``.
 Targets (issue 24): ``plan`` within 10x the floor, ``estimate`` within 20x,
 a cold fake-backend ``map`` the fake's own work plus 5 us a row, the same map
 served from the result cache within 10x.
+
+``--scale N`` runs one ``map`` of N rows of the same four fields (reviews drawn
+from 100,000 distinct texts and numbered, so every review is distinct) with
+``cache=False`` and then with an empty result cache, each in a fresh
+subprocess, on a fake backend that keeps no history of its requests (the
+shipped one keeps every prompt it is sent); it prints the time and the
+process's peak resident memory and writes ``benchmarks/results/overhead_scale.json``.
+
+    python benchmarks/overhead.py --scale 10000000
 """
 
 from __future__ import annotations
@@ -125,12 +134,15 @@ _WORDS = (
 )
 
 
+REGIONS = ["north", "south", "east", "west", "central"]
+
+
 def make_reviews_frame(rows: int, seed: int = 0) -> pd.DataFrame:
     """``rows`` rows: product, category, region (few distinct values) and a ~230-char review."""
     rng = np.random.default_rng(seed)
     words = np.array(_WORDS.split(), dtype=object)
     picks = words[rng.integers(0, len(words), (rows, 40))]
-    regions = ["north", "south", "east", "west", "central"]
+    regions = REGIONS
     reviews = [f"{i}: " + " ".join(w)[:226] for i, w in enumerate(picks.tolist())]
     return pd.DataFrame(
         {
@@ -274,6 +286,92 @@ def run_calls(rows: list[int], repeat: int, out: str) -> None:
     print(f"wrote {out}")
 
 
+class QuietFake(FakeBackend):
+    """The fake backend without its history of requests (a 10M-row run would keep every prompt)."""
+
+    def complete(self, request: Any, *, slot: int | None = None) -> Any:
+        completion = super().complete(request, slot=slot)
+        self.history.clear()
+        self.slots.clear()
+        return completion
+
+
+def scale_frame(rows: int) -> pd.DataFrame:
+    """``rows`` rows of :func:`make_reviews_frame`'s fields, each review distinct."""
+    rng = np.random.default_rng(0)
+    bodies = make_reviews_frame(100_000)["review"].str.split(": ", n=1).str[1].to_numpy()
+    picked = bodies[rng.integers(0, len(bodies), rows)].tolist()
+    reviews = pd.array([f"{i}: {b}" for i, b in enumerate(picked)], "str")
+    del picked
+    return pd.DataFrame(
+        {
+            "product": pd.array(rng.choice([f"product {i}" for i in range(200)], rows), "str"),
+            "category": pd.array(rng.choice([f"category {i}" for i in range(12)], rows), "str"),
+            "region": pd.array(rng.choice(REGIONS, rows), "str"),
+            "review": reviews,
+        }
+    )
+
+
+def scale_child(rows: int, cache: bool, cache_root: str) -> dict[str, Any]:
+    """One ``map`` of ``rows`` rows in this process: seconds and peak resident bytes."""
+    import gc
+
+    t0 = time.perf_counter()
+    df = scale_frame(rows)
+    gc.collect()
+    built = time.perf_counter() - t0
+    frame_peak = memory.status_bytes("VmHWM")
+    register_backend("quiet-fake", lambda model, settings: QuietFake())
+    t0 = time.perf_counter()
+    out = df.llm.map(
+        CALLS_TEMPLATE, backend="quiet-fake", cache=cache, cache_dir=cache_root, progress="off"
+    )
+    seconds = time.perf_counter() - t0
+    run = semframe.last_run()
+    return {
+        "rows": rows,
+        "cache": cache,
+        "seconds": seconds,
+        "us_per_row": seconds / rows * 1e6,
+        "run_seconds": run.wall_seconds,
+        "frame_seconds": built,
+        "columns_bytes": int(df.memory_usage(deep=True, index=False).sum()),
+        "answers_bytes": int(out["llm_output"].memory_usage(deep=True, index=False)),
+        "frame_peak_bytes": frame_peak,
+        "peak_bytes": memory.status_bytes("VmHWM"),
+    }
+
+
+def run_scale(rows: int, out: str) -> None:
+    """:func:`scale_child` without and with the result cache, each in a subprocess."""
+    results = []
+    for cache in (False, True):
+        root = tempfile.mkdtemp(prefix="overhead-scale-", dir=os.environ.get("OVERHEAD_TMP"))
+        try:
+            cmd = [sys.executable, __file__, "--scale-child", str(rows), "--cache-root", root]
+            cmd += ["--with-cache"] if cache else []
+            done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"scale run failed:\n{done.stderr}")
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        results.append(r)
+        print(
+            f"{rows:,} rows, cache={'on' if cache else 'off'}: {r['seconds']:.0f} s "
+            f"({r['us_per_row']:.1f} us a row; the run itself {r['run_seconds']:.0f} s), "
+            f"peak resident {r['peak_bytes'] / 1e9:.1f} GB (building the frame: "
+            f"{r['frame_peak_bytes'] / 1e9:.1f} GB; columns {r['columns_bytes'] / 1e9:.1f} GB, "
+            f"answers {r['answers_bytes'] / 1e9:.1f} GB)",
+            flush=True,
+        )
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    report = {"semframe": semframe.__version__, "results": results}
+    Path(out).write_text(json.dumps(report, indent=2))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="*", default=None)
@@ -283,8 +381,17 @@ def main() -> None:
     parser.add_argument("--calls", action="store_true", help="issue 24's calls vs the floor")
     parser.add_argument("--child", choices=CALLS, help=argparse.SUPPRESS)
     parser.add_argument("--cache-root", help=argparse.SUPPRESS)
+    parser.add_argument("--scale", type=int, default=None, help="one map of this many rows")
+    parser.add_argument("--scale-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--with-cache", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     results_dir = Path(__file__).parent / "results"
+    if args.scale_child is not None:
+        print(json.dumps(scale_child(args.scale_child, args.with_cache, args.cache_root)))
+        return
+    if args.scale is not None:
+        run_scale(args.scale, args.out or str(results_dir / "overhead_scale.json"))
+        return
     if args.child:
         print(json.dumps(child(args.child, args.rows[0], args.repeat, args.cache_root)))
         return
