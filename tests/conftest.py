@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from collections.abc import Iterator
@@ -45,6 +46,11 @@ def fake() -> Iterator[FakeBackend]:
     register_backend("fake", lambda model, settings: backend)
     yield backend
     register_backend("fake", previous)  # the whole spec: its default model too
+
+
+def digest(name: str) -> str:
+    """A result-cache key for ``name``: the SHA-256 digest in hex, as request keys are."""
+    return hashlib.sha256(name.encode()).hexdigest()
 
 
 def prompt_fields(prompt: str) -> dict[str, str]:

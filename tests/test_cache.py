@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import sqlite3
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import semframe
 from semframe.backends.base import Completion, Request, Usage
@@ -18,6 +21,7 @@ from semframe.cli import main
 from semframe.errors import RunAborted
 from semframe.runtime.stats import RunStats
 from semframe.testing.emulator import Fault, Latency, ProviderEmulator
+from tests.conftest import digest
 
 KEY = "sk-test-cache-secret-0123456789"
 
@@ -173,18 +177,18 @@ def test_size_cap_evicts_least_recently_used(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite"
     text = "x" * 10_000
     with ResultCache(path, max_mib=0.1, clock=lambda: now[0]) as cache:  # ~104 kB
-        keys = [f"k{i}" for i in range(8)]
-        for key in keys:
+        keys = {digest(f"k{i}"): f"k{i}" for i in range(12)}
+        for key in list(keys)[:8]:
             now[0] += 1
             cache.put(key, fake, Completion(0, text, Usage(1, 0, 0, 1)))
         cache.flush()
         now[0] += 1
-        cache.touch(["k0"])  # k0 is now the most recently used
-        for i in range(8, 12):
+        cache.touch([digest("k0")])  # k0 is now the most recently used
+        for key in list(keys)[8:]:
             now[0] += 1
-            cache.put(f"k{i}", fake, Completion(0, text, Usage(1, 0, 0, 1)))
+            cache.put(key, fake, Completion(0, text, Usage(1, 0, 0, 1)))
         cache.flush()
-        left = set(cache.get_many([f"k{i}" for i in range(12)]))
+        left = {keys[key] for key in cache.get_many(list(keys))}
         info = cache.info()
     assert info.bytes <= 0.1 * 2**20
     assert "k0" in left and {"k8", "k9", "k10", "k11"} <= left
@@ -195,7 +199,7 @@ def _writer(path: str, start: int, count: int) -> None:
     fake = FakeBackend()
     with ResultCache(path) as cache:
         for i in range(start, start + count):
-            cache.put(f"key{i}", fake, Completion(0, f"answer {i}", Usage(3, 0, 0, 2)))
+            cache.put(digest(f"key{i}"), fake, Completion(0, f"answer {i}", Usage(3, 0, 0, 2)))
             if i % 7 == 0:
                 cache.flush()
 
@@ -210,10 +214,10 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
     with ResultCache(path) as cache:
-        found = cache.get_many([f"key{i}" for i in range(900)])
+        found = cache.get_many([digest(f"key{i}") for i in range(900)])
         info = cache.info()
     assert len(found) == info.entries == 900
-    assert found["key450"].text == "answer 450"
+    assert found[digest("key450")].text == "answer 450"
 
 
 @pytest.fixture
@@ -448,9 +452,107 @@ def test_a_later_answer_for_a_key_replaces_an_earlier_one_in_the_same_write(
     fake = FakeBackend()
     with ResultCache(tmp_path / "c.sqlite") as cache:
         for texts in (["b", "a"], ["a", "b"]):
-            key = f"key-{texts[-1]}"
+            key = digest(f"key-{texts[-1]}")
             with cache._cond:
                 for text in texts:
                     cache.put(key, fake, Completion(0, text, Usage(1, 0, 0, 1)))
             cache.flush()
             assert cache.get_many([key])[key].text == texts[-1]
+
+
+_V2_RESULTS = """CREATE TABLE results (
+    key TEXT PRIMARY KEY, backend TEXT NOT NULL, model TEXT NOT NULL, text TEXT NOT NULL,
+    tokens TEXT, prompt_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, finish_reason TEXT,
+    created REAL NOT NULL, last_used REAL NOT NULL, size INTEGER NOT NULL
+) WITHOUT ROWID"""
+
+
+def test_a_version_2_file_keeps_its_answers(tmp_path: Path) -> None:
+    """A file of the previous format (hex keys in a WITHOUT ROWID table) is moved, not emptied."""
+    path = tmp_path / FILENAME
+    with sqlite3.connect(path) as db:
+        db.execute(_V2_RESULTS)
+        db.execute(
+            "CREATE TABLE calls (key TEXT PRIMARY KEY, keys BLOB NOT NULL, info TEXT "
+            "NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, "
+            "size INTEGER NOT NULL)"
+        )
+        db.execute(
+            "CREATE TABLE hits (backend TEXT NOT NULL, model TEXT NOT NULL, "
+            "hits INTEGER NOT NULL, PRIMARY KEY (backend, model))"
+        )
+        db.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('bytes', 0)")
+        rows = [
+            (
+                digest(f"k{i}"),
+                "fake",
+                "fake",
+                f"answer {i}",
+                None,
+                5,
+                2,
+                0,
+                3,
+                "stop",
+                1.0,
+                2.0,
+                136,
+            )
+            for i in range(50)
+        ]
+        rows.append(
+            ("not a digest", "fake", "fake", "lost", None, 1, 0, 0, 1, "stop", 1.0, 1.0, 132)
+        )
+        db.executemany(f"INSERT INTO results VALUES ({', '.join('?' * 13)})", rows)
+        db.execute(
+            "INSERT INTO calls VALUES (?, ?, ?, 1.0, 1.0, 100)",
+            ("call", bytes.fromhex(digest("k0")), "{}"),
+        )
+        db.execute("PRAGMA user_version = 2")
+    db.close()
+    with ResultCache(path) as cache:
+        found = cache.get_many([digest(f"k{i}") for i in range(50)])
+        call = cache.get_call("call")
+        info = cache.info()
+    assert {key: entry.text for key, entry in found.items()} == {
+        digest(f"k{i}"): f"answer {i}" for i in range(50)
+    }
+    assert found[digest("k7")].usage == Usage(5, 2, 0, 3)
+    assert call is not None and call[0] == [digest("k0")]
+    assert info.entries == 50, "a row whose key is not a digest is left behind"
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (3,)
+        tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    db.close()
+    assert "results_v2" not in tables
+
+
+def test_a_key_that_is_not_a_digest_is_refused(tmp_path: Path) -> None:
+    with ResultCache(tmp_path / FILENAME) as cache:
+        with pytest.raises(ValueError, match="SHA-256 digest in 64 hex digits, not 'k1'"):
+            cache.put("k1", FakeBackend(), Completion(0, "x", Usage(1, 0, 0, 1)))
+        cache.put(digest("k1"), FakeBackend(), Completion(0, "x", Usage(1, 0, 0, 1)))
+        cache.flush()
+        assert set(cache.get_many(["abc", "k1", digest("k1")])) == {digest("k1")}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    stored=st.sets(st.integers(0, 60), max_size=40),
+    asked=st.lists(st.integers(0, 80), max_size=50),
+)
+def test_a_lookup_finds_exactly_the_stored_keys_asked_for(
+    tmp_path_factory: pytest.TempPathFactory, stored: set[int], asked: list[int]
+) -> None:
+    """Whether the lookup probes each key or reads the stored keys first (fewer stored)."""
+    fake = FakeBackend()
+    with ResultCache(tmp_path_factory.mktemp("c") / FILENAME) as cache:
+        for i in stored:
+            cache.put(digest(str(i)), fake, Completion(0, f"a{i}", Usage(1, 0, 0, 1)))
+        cache.flush()
+        found = cache.rows([digest(str(i)) for i in asked])
+    assert {key: row[0] for key, row in found.items()} == {
+        digest(str(i)): f"a{i}" for i in asked if i in stored
+    }

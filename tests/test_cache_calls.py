@@ -16,6 +16,7 @@ from semframe.backends.base import Completion, Usage
 from semframe.backends.fake import FakeBackend
 from semframe.cache.store import FILENAME, ResultCache
 from semframe.runtime.call import Recipe
+from tests.conftest import digest
 
 TEMPLATE = "Summarize {review} of {movie}"
 
@@ -196,7 +197,7 @@ def test_eviction_takes_call_entries_least_recently_used_first(tmp_path: Path) -
         cache.put_call("new call", ["cd" * 32] * 10, {})
         for i in range(9):
             now[0] += 1
-            cache.put(f"k{i}", fake, Completion(0, "x" * 10_000, Usage(1, 0, 0, 1)))
+            cache.put(digest(f"k{i}"), fake, Completion(0, "x" * 10_000, Usage(1, 0, 0, 1)))
         cache.flush()
         assert cache.get_call("old call") is None, "the least recently used went first"
         found = cache.get_call("new call")

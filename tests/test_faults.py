@@ -39,6 +39,7 @@ from semframe.backends.base import Request
 from semframe.backends.fake import FakeBackend, default_answer
 from semframe.cache.store import COMMIT_INTERVAL, FILENAME, ResultCache
 from semframe.testing.emulator import Fault, Latency, ProviderEmulator, default_responder
+from tests.conftest import digest
 
 KEY = "sk-test-faults-0123456789abcdef"
 TEMPLATE = "Summarize {review} of {movie}"
@@ -704,10 +705,10 @@ def test_write_failure_keeps_answers_and_retries(tmp_path: Path) -> None:
         (pages,) = cache._db.execute("PRAGMA page_count").fetchone()
         cache._db.execute(f"PRAGMA max_page_count = {pages}")
         for i in range(20):
-            cache.put(f"k{i}", fake, Completion(0, "x" * 2000, Usage(1, 0, 0, 1)))
+            cache.put(digest(f"k{i}"), fake, Completion(0, "x" * 5000, Usage(1, 0, 0, 1)))
         assert cache.flush() is False
         assert cache.pending == 20
         cache._db.execute("PRAGMA max_page_count = 1000000")  # room again
         assert cache.flush() is True
         assert cache.pending == 0
-        assert len(cache.get_many([f"k{i}" for i in range(20)])) == 20
+        assert len(cache.get_many([digest(f"k{i}") for i in range(20)])) == 20

@@ -10,7 +10,7 @@ is often intact. :func:`salvage` reads it two ways:
    table is read again from its other end down to the damaged page. (The
    file's write-ahead log, when it has one, is folded into it first.)
 2. When that met a damaged page (or the file cannot be opened at all), page
-   by page, straight from the file: every B-tree page that is not on the
+   by page, straight from the file: every table leaf page that is not on the
    free list is parsed, and every ``results`` or ``calls`` row in it that is
    whole is kept. This finds rows whose path from the table's root runs
    through a damaged page, as in a file cut in half, where the pages that
@@ -66,6 +66,7 @@ class _Table(NamedTuple):
 
 
 _OVERHEAD = 128  # what the store counts per row besides its text (store._ROW_OVERHEAD)
+_KEY_BYTES = 32  # a request key: a SHA-256 digest
 
 
 def _is_text(value: object) -> bool:
@@ -89,7 +90,9 @@ def _results_row(row: Row) -> bool:
     """Whether a ``results`` row is whole: types, no NULs, and its recorded size matches."""
     if not (
         len(row) == 13
-        and all(_is_text(v) for v in row[:4])
+        and isinstance(row[0], bytes)
+        and len(row[0]) == _KEY_BYTES
+        and all(_is_text(v) for v in row[1:4])
         and (row[4] is None or _is_text(row[4]))
         and all(_is_int(v) for v in row[5:9])
         and (row[9] is None or _is_text(row[9]))
@@ -285,7 +288,7 @@ def _copy(db: sqlite3.Connection, table: _Table, target: sqlite3.Connection) -> 
 
 # -- page by page ----------------------------------------------------------------------
 
-_INDEX_LEAF, _INDEX_INTERIOR, _TABLE_LEAF = 0x0A, 0x02, 0x0D
+_TABLE_LEAF = 0x0D
 
 
 class _Bad(Exception):
@@ -350,22 +353,21 @@ def _page_rows(data: mmap.mmap) -> Iterator[tuple[str, Row]]:
         start = (number - 1) * size
         head = start + (100 if number == 1 else 0)
         kind = data[head] if head < len(data) else 0
-        if kind not in (_INDEX_LEAF, _INDEX_INTERIOR, _TABLE_LEAF):
-            continue
+        if kind != _TABLE_LEAF:
+            continue  # an inner page, or an index's (its keys are in the table's rows)
         cells = int.from_bytes(data[head + 3 : head + 5], "big")
-        pointers = head + (12 if kind == _INDEX_INTERIOR else 8)
+        pointers = head + 8
         for i in range(min(cells, size // 4)):
             at = pointers + 2 * i
             offset = int.from_bytes(data[at : at + 2], "big")
             try:
-                row = _cell(file, kind, start + offset)
+                row = _cell(file, start + offset)
             except (_Bad, IndexError, UnicodeDecodeError, struct.error):
                 continue
-            if kind == _TABLE_LEAF:
-                if _calls_row(row):
-                    yield "calls", row[1:]
-            elif len(row) == 13 and _results_row(row):
-                yield "results", row
+            if _calls_row(row):
+                yield "calls", row[1:]
+            elif _results_row(row[1:]):
+                yield "results", row[1:]
 
 
 def _free_pages(data: mmap.mmap, size: int, pages: int) -> set[int]:
@@ -396,18 +398,12 @@ def _varint(data: mmap.mmap | bytes, at: int) -> tuple[int, int]:
     raise _Bad  # pragma: no cover - the loop returns
 
 
-def _cell(file: _File, kind: int, at: int) -> Row:
-    """The record of one cell (a table leaf's rowid first), its overflow pages followed."""
+def _cell(file: _File, at: int) -> Row:
+    """The record of one table leaf cell, rowid first, its overflow pages followed."""
     data, size, usable, pages = file
-    if kind == _INDEX_INTERIOR:
-        at += 4  # the left child
     length, at = _varint(data, at)
-    rowid = None
-    if kind == _TABLE_LEAF:
-        rowid, at = _varint(data, at)
-        most = usable - 35
-    else:
-        most = (usable - 12) * 64 // 255 - 23
+    rowid, at = _varint(data, at)
+    most = usable - 35
     least = (usable - 12) * 32 // 255 - 23
     if length <= most:
         local = length
@@ -427,7 +423,7 @@ def _cell(file: _File, kind: int, at: int) -> Row:
         overflow = int.from_bytes(data[page : page + 4], "big")
         payload += data[page + 4 : page + min(usable, 4 + length - len(payload))]
     values = _record(bytes(payload))
-    return values if rowid is None else (rowid, *values)
+    return (rowid, *values)
 
 
 def _record(payload: bytes) -> Row:

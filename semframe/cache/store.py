@@ -47,9 +47,13 @@ call finds it and serves every row without ordering or rendering anything;
 when a row's answer is missing (evicted, never stored) or no longer parses,
 the call takes the ordinary way and sends only what is missing.
 
+Answers are appended to a table in the order they are committed, found by
+an index of their keys (32 bytes each). Keys are digests, in random order: a
+table keyed by them directly took a random page write for every answer once
+it outgrew the page cache, the index takes one for about every hundred.
 Eviction (past ``cache_max_mib``) removes answers and call entries alike,
 least recently used first; it scans the table, which is rare (it frees 10% of
-the cap at a time), so that storing an answer updates one B-tree only.
+the cap at a time), so that storing an answer updates no index of times.
 
 Examples
 --------
@@ -140,7 +144,9 @@ complete, and a re-run sends only those requests again.
 TOUCH_SECONDS = 3600.0
 """A served entry's last-used time is refreshed only when older than this (LRU granularity)."""
 
-_SCHEMA_VERSION = 2  # PRAGMA user_version; a file of another version is emptied on open
+_SCHEMA_VERSION = 3  # PRAGMA user_version; see _create_schema for the older ones
+_TEXT_KEYS_VERSION = 2  # keys as hex text in a WITHOUT ROWID table: moved on open
+_KEY_BYTES = 32  # a request key: a SHA-256 digest
 _ROW_OVERHEAD = 128  # bytes counted per row besides its text (key, numbers, index entries)
 _CHORE_WAIT = 0.1  # seconds bookkeeping alone (last-used times, hit counts) waits at close
 _CLEAR_WAIT = 10.0  # seconds `clear` waits for the write lock
@@ -156,7 +162,7 @@ _T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
-    key TEXT PRIMARY KEY,
+    key BLOB PRIMARY KEY NOT NULL,
     backend TEXT NOT NULL,
     model TEXT NOT NULL,
     text TEXT NOT NULL,
@@ -169,7 +175,7 @@ CREATE TABLE IF NOT EXISTS results (
     created REAL NOT NULL,
     last_used REAL NOT NULL,
     size INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 DROP INDEX IF EXISTS results_last_used;
 CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY,
@@ -189,10 +195,11 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('bytes', 0);
 """
 
-_INSERT_INTO = (
-    "INSERT INTO results (key, backend, model, text, tokens, prompt_tokens, cached_tokens, "
-    "cache_write_tokens, output_tokens, finish_reason, created, last_used, size) VALUES "
+_RESULT_COLUMNS = (
+    "key, backend, model, text, tokens, prompt_tokens, cached_tokens, "
+    "cache_write_tokens, output_tokens, finish_reason, created, last_used, size"
 )
+_INSERT_INTO = f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES "
 _INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT = (
     " ON CONFLICT (key) DO UPDATE SET text = excluded.text, tokens = excluded.tokens, "
@@ -202,7 +209,7 @@ _UPSERT = (
 )
 _INSERT = _INSERT_INTO + _INSERT_ROW + _UPSERT
 
-ROWS_PER_INSERT = 256
+ROWS_PER_INSERT = 2048
 """Answers written by one ``INSERT`` statement (fewer where SQLite allows fewer parameters).
 
 SQLite runs a statement without Python's global lock and takes it back after
@@ -506,12 +513,27 @@ class ResultCache:
             raise
 
     def _create_schema(self) -> None:
-        """Create the tables (a new file, or one of an older format: it is only a cache)."""
+        """Create the tables: in a new file, or in one of an older format.
+
+        A version 2 file keeps its answers: they are copied into this version's
+        table (keys as 32 bytes, in a table with a key index, not keyed by
+        text), in the same transaction. A file of any other version is emptied
+        (it is only a cache).
+        """
         self._db.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT_SECONDS * 1000)}")
+        moved = None
         try:
             with self._transaction():
                 (version,) = self._db.execute("PRAGMA user_version").fetchone()
-                if version != _SCHEMA_VERSION:
+                names = {
+                    name
+                    for (name,) in self._db.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    )
+                }
+                if version == _TEXT_KEYS_VERSION and names >= _TABLES:
+                    self._db.execute("ALTER TABLE results RENAME TO results_v2")
+                elif version != _SCHEMA_VERSION:
                     for kind, name in self._db.execute(
                         "SELECT type, name FROM sqlite_master "
                         "WHERE type IN ('table', 'trigger') AND name NOT LIKE 'sqlite_%'"
@@ -519,9 +541,13 @@ class ResultCache:
                         self._db.execute(f'DROP {kind} IF EXISTS "{name}"')
                 for statement in _split_script(_SCHEMA):
                     self._db.execute(statement)
+                if version == _TEXT_KEYS_VERSION and names >= _TABLES:
+                    moved = _move_text_keys(self._db)
                 self._db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
         finally:
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+        if moved is not None:
+            _log.info("result cache %s: %d answers moved to the current format", self.path, moved)
 
     def _open_read_only(self) -> None:
         """Open for reading only (``mode=ro``; ``immutable=1`` when no ``-shm`` can be made)."""
@@ -754,8 +780,10 @@ class ResultCache:
         """:meth:`get_many` as plain rows, for speed.
 
         Each is ``key -> (text, tokens as JSON or None, prompt, cached,
-        cache-write and output tokens, finish reason, last used)``. A damaged
-        file is replaced (see :class:`Recovery`) and what was salvaged is read.
+        cache-write and output tokens, finish reason, last used)``; a key that
+        is not a request key (a SHA-256 digest in hex) is never found. A
+        damaged file is replaced (see :class:`Recovery`) and what was salvaged
+        is read.
 
         Raises
         ------
@@ -765,10 +793,20 @@ class ResultCache:
         if not keys:
             return {}
 
-        ordered = sorted(keys)  # in key order: the B-tree is read page by page, not at random
-
         def read(db: sqlite3.Connection) -> dict[str, tuple[Any, ...]]:
             found: dict[str, tuple[Any, ...]] = {}
+            # At least as many as the answers stored (rowids are not reused, but skipped).
+            (top,) = db.execute("SELECT max(rowid) FROM results").fetchone()
+            if top is None:
+                return found  # nothing stored (a first run)
+            digests = (d for d in map(_unhex, keys) if d is not None)
+            if top < len(keys):
+                # Fewer answers stored than keys asked for: the stored keys are read
+                # in one pass over the key index, and only those asked for looked up.
+                stored = {k for (k,) in db.execute("SELECT key FROM results")}
+                digests = (d for d in digests if d in stored)
+            # In key order: the key index is read page by page, not at random.
+            ordered = sorted(digests)
             for lo in range(0, len(ordered), 500):
                 chunk = ordered[lo : lo + 500]
                 marks = ",".join("?" * len(chunk))
@@ -779,7 +817,7 @@ class ResultCache:
                     chunk,
                 )
                 for row in cursor:
-                    found[row[0]] = row[1:]
+                    found[row[0].hex()] = row[1:]
             return found
 
         return self._read(read) or {}
@@ -835,7 +873,10 @@ class ResultCache:
         if not keys:
             return
         now = self.clock()
-        self._chore("UPDATE results SET last_used = ? WHERE key = ?", [(now, k) for k in keys])
+        self._chore(
+            "UPDATE results SET last_used = ? WHERE key = ?",
+            [(now, _key_bytes(k)) for k in keys],
+        )
 
     def count_hits(self, backend: str, model: str, hits: int) -> None:
         """Add ``hits`` served answers to the count of ``backend``/``model`` (``cache info``)."""
@@ -877,7 +918,7 @@ class ResultCache:
         size += _ROW_OVERHEAD
         now = self.clock()
         row = (
-            key,
+            _key_bytes(key),
             backend.name,
             backend.model,
             text,
@@ -1286,6 +1327,51 @@ class _Transaction:
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+def _key_bytes(key: str) -> bytes:
+    """A request key (a SHA-256 digest, 64 hex digits) as the 32 bytes the table holds.
+
+    Raises
+    ------
+    ValueError
+        When ``key`` is not 64 hex digits.
+    """
+    try:
+        digest = bytes.fromhex(key)
+    except (TypeError, ValueError):
+        digest = b""
+    if len(digest) != _KEY_BYTES:
+        msg = f"a result cache key is a SHA-256 digest in 64 hex digits, not {key!r}"
+        raise ValueError(msg)
+    return digest
+
+
+def _unhex(text: Any) -> bytes | None:
+    """A key in 64 hex digits as its 32 bytes; ``None`` for anything else."""
+    try:
+        return _key_bytes(text)
+    except ValueError:
+        return None
+
+
+def _move_text_keys(db: sqlite3.Connection) -> int:
+    """Copy the answers of a version 2 table (``results_v2``) into ``results``; drop it.
+
+    Runs inside the caller's transaction; returns how many answers were copied
+    (a row whose key is not a digest is left behind).
+    """
+    db.create_function("semframe_unhex", 1, _unhex, deterministic=True)
+    try:
+        cursor = db.execute(
+            f"INSERT OR IGNORE INTO results ({_RESULT_COLUMNS}) "
+            f"SELECT * FROM (SELECT semframe_unhex(key) AS key, {_RESULT_COLUMNS[5:]} "
+            "FROM results_v2 ORDER BY 1) WHERE key IS NOT NULL"
+        )
+        db.execute("DROP TABLE results_v2")
+    finally:
+        db.create_function("semframe_unhex", 1, None)
+    return max(cursor.rowcount, 0)
 
 
 def _connect(path: Path, busy: float) -> sqlite3.Connection:
