@@ -6,6 +6,7 @@ import multiprocessing
 import pickle
 import sqlite3
 from pathlib import Path
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 import semframe
 from semframe.backends.base import Completion, Request, Usage
 from semframe.backends.fake import FakeBackend, default_answer
+from semframe.cache import store
 from semframe.cache.keys import request_key
 from semframe.cache.store import FILENAME, ResultCache
 from semframe.cli import main
@@ -538,17 +540,21 @@ def test_a_key_that_is_not_a_digest_is_refused(tmp_path: Path) -> None:
         assert set(cache.get_many(["abc", "k1", digest("k1")])) == {digest("k1")}
 
 
+@pytest.mark.parametrize("scan_factor", [0, 4, 10**9])  # look each key up / the default / scan
 @settings(max_examples=25, deadline=None)
 @given(
     stored=st.sets(st.integers(0, 60), max_size=40),
     asked=st.lists(st.integers(0, 80), max_size=50),
 )
 def test_a_lookup_finds_exactly_the_stored_keys_asked_for(
-    tmp_path_factory: pytest.TempPathFactory, stored: set[int], asked: list[int]
+    tmp_path_factory: pytest.TempPathFactory, scan_factor: int, stored: set[int], asked: list[int]
 ) -> None:
-    """Whether the lookup probes each key or reads the stored keys first (fewer stored)."""
+    """Whether the lookup reads every stored answer or looks each key up (many stored)."""
     fake = FakeBackend()
-    with ResultCache(tmp_path_factory.mktemp("c") / FILENAME) as cache:
+    with (
+        mock.patch.object(store, "SCAN_FACTOR", scan_factor),
+        ResultCache(tmp_path_factory.mktemp("c") / FILENAME) as cache,
+    ):
         for i in stored:
             cache.put(digest(str(i)), fake, Completion(0, f"a{i}", Usage(1, 0, 0, 1)))
         cache.flush()

@@ -102,6 +102,7 @@ __all__ = [
     "FILENAME",
     "LOCK_WAIT_SECONDS",
     "RETRY_SECONDS",
+    "SCAN_FACTOR",
     "TOUCH_SECONDS",
     "CacheInfo",
     "Entry",
@@ -200,6 +201,11 @@ _RESULT_COLUMNS = (
     "cache_write_tokens, output_tokens, finish_reason, created, last_used, size"
 )
 _INSERT_INTO = f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES "
+_ENTRY = (
+    "text, tokens, prompt_tokens, cached_tokens, cache_write_tokens, output_tokens, "
+    "finish_reason, last_used"
+)  # what a lookup reads of an answer, after its key
+_CHUNK = 500  # keys (or rowids) looked up by one statement
 _INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT = (
     " ON CONFLICT (key) DO UPDATE SET text = excluded.text, tokens = excluded.tokens, "
@@ -208,6 +214,14 @@ _UPSERT = (
     "finish_reason = excluded.finish_reason, last_used = excluded.last_used, size = excluded.size"
 )
 _INSERT = _INSERT_INTO + _INSERT_ROW + _UPSERT
+
+SCAN_FACTOR = 4
+"""A lookup reads every stored answer when there are at most this many per key asked for.
+
+Reading the table in the order it is stored costs less than looking up each
+key in the index and reading its answer, wherever it is, until the table holds
+several times the answers asked for.
+"""
 
 ROWS_PER_INSERT = 2048
 """Answers written by one ``INSERT`` statement (fewer where SQLite allows fewer parameters).
@@ -799,25 +813,35 @@ class ResultCache:
             (top,) = db.execute("SELECT max(rowid) FROM results").fetchone()
             if top is None:
                 return found  # nothing stored (a first run)
-            digests = (d for d in map(_unhex, keys) if d is not None)
-            if top < len(keys):
-                # Fewer answers stored than keys asked for: the stored keys are read
-                # in one pass over the key index, and only those asked for looked up.
-                stored = {k for (k,) in db.execute("SELECT key FROM results")}
-                digests = (d for d in digests if d in stored)
-            # In key order: the key index is read page by page, not at random.
-            ordered = sorted(digests)
-            for lo in range(0, len(ordered), 500):
-                chunk = ordered[lo : lo + 500]
+            try:
+                wanted = dict(zip(map(bytes.fromhex, keys), keys, strict=True))
+            except (TypeError, ValueError):  # a key that is not hex is never found
+                wanted = {d: key for key in keys if (d := _unhex(key)) is not None}
+            if top <= SCAN_FACTOR * len(wanted):
+                # Not many more answers stored than asked for: all of them are read,
+                # in the order they are stored (a re-run of the only call cached).
+                for row in db.execute(f"SELECT key, {_ENTRY} FROM results"):
+                    key = wanted.get(row[0])
+                    if key is not None:
+                        found[key] = row[1:]
+                return found
+            # Otherwise each key's rowid from the key index alone, in key order; then
+            # the answers in rowid order, the order they are stored in (read in key
+            # order, they would be read from pages all over the table).
+            ordered = sorted(wanted)
+            at: list[tuple[int, bytes]] = []
+            for lo in range(0, len(ordered), _CHUNK):
+                chunk = ordered[lo : lo + _CHUNK]
                 marks = ",".join("?" * len(chunk))
-                cursor = db.execute(
-                    "SELECT key, text, tokens, prompt_tokens, cached_tokens, "
-                    "cache_write_tokens, output_tokens, finish_reason, last_used "
-                    f"FROM results WHERE key IN ({marks})",
-                    chunk,
-                )
-                for row in cursor:
-                    found[row[0].hex()] = row[1:]
+                sql = f"SELECT rowid, key FROM results WHERE key IN ({marks})"
+                at.extend(db.execute(sql, chunk))
+            at.sort()
+            for lo in range(0, len(at), _CHUNK):
+                rowids = [rowid for rowid, _ in at[lo : lo + _CHUNK]]
+                marks = ",".join("?" * len(rowids))
+                sql = f"SELECT key, {_ENTRY} FROM results WHERE rowid IN ({marks})"
+                for row in db.execute(sql, rowids):
+                    found[wanted[row[0]]] = row[1:]
             return found
 
         return self._read(read) or {}
