@@ -50,7 +50,8 @@ the call takes the ordinary way and sends only what is missing.
 Answers are appended to a table in the order they are committed, found by
 an index of their keys (32 bytes each). Keys are digests, in random order: a
 table keyed by them directly took a random page write for every answer once
-it outgrew the page cache, the index takes one for about every hundred.
+it outgrew the page cache; now only the index, about a seventh of the
+table's size, takes random writes.
 Eviction (past ``cache_max_mib``) removes answers and call entries alike,
 least recently used first; it scans the table, which is rare (it frees 10% of
 the cap at a time), so that storing an answer updates no index of times.
