@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import pickle
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -562,3 +565,62 @@ def test_a_lookup_finds_exactly_the_stored_keys_asked_for(
     assert {key: row[0] for key, row in found.items()} == {
         digest(str(i)): f"a{i}" for i in asked if i in stored
     }
+
+
+def _hold_writer(cache: ResultCache) -> None:
+    """Mark a commit as under way (the writer thread is not started: no answer was put)."""
+    with cache._cond:
+        cache._writing = True
+        cache._writer = threading.current_thread()  # put() does not start a writer
+
+
+def _release_writer(cache: ResultCache) -> None:
+    with cache._cond:
+        cache._writing = False
+        cache._writer = None
+        cache._cond.notify_all()
+
+
+def test_put_waits_for_a_commit_under_way_past_max_pending(tmp_path: Path) -> None:
+    fake = FakeBackend()
+    with mock.patch.object(store, "MAX_PENDING", 5), ResultCache(tmp_path / FILENAME) as cache:
+        _hold_writer(cache)
+        done = threading.Event()
+
+        def produce() -> None:
+            for i in range(10):
+                cache.put(digest(str(i)), fake, Completion(0, "x", Usage(1, 0, 0, 1)))
+            done.set()
+
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        assert not done.wait(0.3), "the sixth answer waits for the commit"
+        assert cache.pending == 6
+        _release_writer(cache)
+        assert done.wait(5), "the commit's end lets it go on"
+        producer.join(5)
+        assert cache.flush()
+        assert len(cache.get_many([digest(str(i)) for i in range(10)])) == 10
+
+
+def test_put_does_not_wait_after_a_failed_write_or_on_an_event_loop(tmp_path: Path) -> None:
+    fake = FakeBackend()
+    with mock.patch.object(store, "MAX_PENDING", 5), ResultCache(tmp_path / FILENAME) as cache:
+        _hold_writer(cache)
+        with cache._cond:
+            cache._retry_at = time.monotonic() + 60  # the last write failed: tried again later
+        for i in range(10):
+            cache.put(digest(str(i)), fake, Completion(0, "x", Usage(1, 0, 0, 1)))
+        assert cache.pending == 10
+        with cache._cond:
+            cache._retry_at = 0.0
+
+        async def on_a_loop() -> None:
+            for i in range(10, 20):
+                cache.put(digest(str(i)), fake, Completion(0, "x", Usage(1, 0, 0, 1)))
+
+        asyncio.run(on_a_loop())
+        assert cache.pending == 20
+        _release_writer(cache)
+        assert cache.flush()
+        assert cache.pending == 0

@@ -76,6 +76,7 @@ True
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -102,6 +103,7 @@ __all__ = [
     "COMMIT_INTERVAL",
     "FILENAME",
     "LOCK_WAIT_SECONDS",
+    "MAX_PENDING",
     "RETRY_SECONDS",
     "SCAN_FACTOR",
     "TOUCH_SECONDS",
@@ -215,6 +217,17 @@ _UPSERT = (
     "finish_reason = excluded.finish_reason, last_used = excluded.last_used, size = excluded.size"
 )
 _INSERT = _INSERT_INTO + _INSERT_ROW + _UPSERT
+
+MAX_PENDING = 200_000
+"""Answers waiting for the writer beyond which :meth:`ResultCache.put` waits for it.
+
+An instant backend (the fake, a local engine answering from its cache) answers
+faster than SQLite stores; unbounded, the answers waiting grew to gigabytes at
+millions of rows (18.1 GB at the peak of a 10,000,000-row run against 13.0 GB
+without the cache). ``put`` waits only while a commit is under way: never
+once a write has failed (another process's lock, a full disk), where the
+answers wait in memory as before, and never on an event loop's thread.
+"""
 
 SCAN_FACTOR = 4
 """A lookup reads every stored answer when there are at most this many per key asked for.
@@ -973,6 +986,29 @@ class ResultCache:
                 elif self._idle:
                     self._idle = False
                     self._cond.notify()
+        if len(self._pending) > MAX_PENDING:
+            self._wait_for_writer()
+
+    def _wait_for_writer(self) -> None:
+        """Wait while :data:`MAX_PENDING` answers are queued behind a commit under way.
+
+        Never on an event loop's thread, and not once a write has failed (a
+        lock held elsewhere, a full disk): those answers wait in memory.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # no loop on this thread: waiting stalls no one else
+        else:
+            return
+        with self._cond:
+            while (
+                len(self._pending) > MAX_PENDING
+                and self._writing
+                and not self._closed
+                and self._retry_at <= time.monotonic()
+            ):
+                self._cond.wait(BUSY_SECONDS)
 
     @property
     def pending(self) -> int:
