@@ -563,7 +563,8 @@ class ResultCache:
                         "SELECT name FROM sqlite_master WHERE type = 'table'"
                     )
                 }
-                if version == _TEXT_KEYS_VERSION and names >= _TABLES:
+                move = version == _TEXT_KEYS_VERSION and names >= _TABLES
+                if move:
                     self._db.execute("ALTER TABLE results RENAME TO results_v2")
                 elif version != _SCHEMA_VERSION:
                     for kind, name in self._db.execute(
@@ -573,7 +574,7 @@ class ResultCache:
                         self._db.execute(f'DROP {kind} IF EXISTS "{name}"')
                 for statement in _split_script(_SCHEMA):
                     self._db.execute(statement)
-                if version == _TEXT_KEYS_VERSION and names >= _TABLES:
+                if move:
                     moved = _move_text_keys(self._db)
                 self._db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
         finally:

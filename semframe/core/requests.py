@@ -35,6 +35,7 @@ __all__ = [
     "prompts_of",
     "rows_of",
     "subset",
+    "utf8_len",
     "with_options",
 ]
 
@@ -267,14 +268,14 @@ class Requests(Sequence[Request]):
 
     def prompt_bytes(self) -> IntArray:
         """UTF-8 bytes of each prompt, each distinct value encoded once (nothing rendered)."""
-        per = np.fromiter(map(_utf8_len, self.values), np.int64, len(self.values)) + 1
-        labels = np.fromiter(map(_utf8_len, self.labels), np.int64, len(self.labels))
+        per = np.fromiter(map(utf8_len, self.values), np.int64, len(self.values)) + 1
+        labels = np.fromiter(map(utf8_len, self.labels), np.int64, len(self.labels))
         per += np.repeat(labels, np.diff(np.append(self.starts, len(self.values))))
-        total = np.full(len(self), _utf8_len(self.head), dtype=np.int64)
+        total = np.full(len(self), utf8_len(self.head), dtype=np.int64)
         for row in self.codes:
             total += per[row]
         if self.tails is not None:
-            total += np.fromiter(map(_utf8_len, self.tails), np.int64, len(self))
+            total += np.fromiter(map(utf8_len, self.tails), np.int64, len(self))
         return total
 
     def take(self, positions: Sequence[int] | NDArray[np.integer[Any]]) -> Requests:
@@ -337,7 +338,14 @@ class Requests(Sequence[Request]):
         return list(zip(starts, [*starts[1:], n], strict=True))
 
 
-def _utf8_len(text: str) -> int:
+def utf8_len(text: str) -> int:
+    """UTF-8 bytes of ``text`` (a lone surrogate as its three bytes), ASCII counted in C.
+
+    Examples
+    --------
+    >>> utf8_len("abc"), utf8_len("café")
+    (3, 5)
+    """
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
@@ -418,7 +426,7 @@ def bytes_of(requests: Sequence[Request]) -> IntArray:
     """
     if isinstance(requests, Requests):
         return requests.prompt_bytes()
-    return np.fromiter((_utf8_len(r.prompt) for r in requests), np.int64, len(requests))
+    return np.fromiter((utf8_len(r.prompt) for r in requests), np.int64, len(requests))
 
 
 def ids_of(requests: Sequence[Request]) -> list[int]:

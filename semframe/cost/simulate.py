@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from semframe.core.plan import Plan, groups_of, row_tails
-from semframe.core.requests import prompts_of, rows_of
+from semframe.core.requests import prompts_of, rows_of, utf8_len
 from semframe.core.table import MISSING
 
 __all__ = [
@@ -122,11 +122,8 @@ class Pieces:
 
     def _sampled(self, field: str, values: Sequence[str], sample: int) -> IntArray:
         """Token counts of ``values``' segments: ``sample`` tokenized, the rest by their bytes."""
-        label = len(f"{field}: \n".encode("utf-8", "surrogatepass"))
-        size = np.fromiter(map(len, values), np.int64, len(values)) + label
-        for i, v in enumerate(values):  # the non-ASCII ones: their UTF-8 bytes
-            if not v.isascii():
-                size[i] = len(v.encode("utf-8", "surrogatepass")) + label
+        label = utf8_len(f"{field}: \n")
+        size = np.fromiter(map(utf8_len, values), np.int64, len(values)) + label
         drawn = np.sort(np.random.default_rng(len(values)).choice(len(values), sample, False))
         counted = np.fromiter(
             map(len, self.encode([f"{field}: {values[i]}\n" for i in drawn.tolist()])),
