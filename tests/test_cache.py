@@ -567,6 +567,53 @@ def test_a_lookup_finds_exactly_the_stored_keys_asked_for(
     }
 
 
+@pytest.mark.parametrize("scan_factor", [0, 10**9])  # look each key up / scan
+@settings(max_examples=25, deadline=None)
+@given(
+    stored=st.sets(st.integers(0, 30), max_size=25),
+    rows=st.lists(st.integers(0, 40), max_size=40),  # a prompt may repeat across rows
+)
+def test_a_call_gets_each_rows_answer_in_its_own_row_order(
+    tmp_path_factory: pytest.TempPathFactory, scan_factor: int, stored: set[int], rows: list[int]
+) -> None:
+    fake = FakeBackend()
+    with (
+        mock.patch.object(store, "SCAN_FACTOR", scan_factor),
+        ResultCache(tmp_path_factory.mktemp("c") / FILENAME) as cache,
+    ):
+        for i in sorted(stored, reverse=True):  # stored in another order than asked
+            cache.put(digest(str(i)), fake, Completion(0, f"a{i}", Usage(i, 0, 0, 1)))
+        cache.put_call("call", [digest(str(i)) for i in rows], {"batch": False})
+        cache.flush()
+        got = cache.call_answers("call")
+        assert cache.call_answers("another call") is None
+    assert got is not None
+    answers, digests, info = got
+    assert [None if a is None else (a[0], a[2]) for a in answers] == [
+        (f"a{i}", i) if i in stored else None for i in rows
+    ]
+    assert [d.hex() for d in digests] == [digest(str(i)) for i in rows]
+    assert all(a is None or a[-1] == d for a, d in zip(answers, digests, strict=True))
+    assert info == {"batch": False}
+
+
+def test_keys_sharing_their_first_eight_bytes_are_still_told_apart() -> None:
+    """The numpy match finds keys by their first word; where two asked share one, a dict does."""
+    a, b, c = (bytes(8) + bytes([i]) * 24 for i in (1, 2, 3))
+    rows = [("answer b", b), ("answer c", c), ("answer a", a)]
+    for asked in ([a, b], [b, a, c], [c]):
+        found = dict(store._Matcher.of(asked).matches(rows))
+        assert {asked[i]: row[0] for i, row in found.items()} == {
+            k: f"answer {name}" for k, name in ((a, "a"), (b, "b"), (c, "c")) if k in asked
+        }
+
+
+def test_a_stored_key_that_is_not_32_bytes_is_never_matched() -> None:
+    asked = [bytes([7]) * 32, bytes([9]) * 32]
+    rows = [("short", bytes([7]) * 16), ("nine", bytes([9]) * 32), ("long", bytes([7]) * 40)]
+    assert [(i, row[0]) for i, row in store._Matcher.of(asked).matches(rows)] == [(1, "nine")]
+
+
 def _hold_writer(cache: ResultCache) -> None:
     """Mark a commit as under way (the writer thread is not started: no answer was put)."""
     with cache._cond:

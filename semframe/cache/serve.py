@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from semframe.cache.store import TOUCH_SECONDS, ResultCache, load_tokens
 from semframe.core.parse import ParseError, accept
 from semframe.core.plan import without_gc
 from semframe.core.wire import Outcome, Usage
 
-__all__ = ["Served", "serve_stored"]
+__all__ = ["Served", "serve_answers", "serve_stored"]
 
 
 class Served(NamedTuple):
@@ -21,7 +21,6 @@ class Served(NamedTuple):
     stale: list[str]
 
 
-@without_gc()  # a row and an outcome per key: nothing here forms a cycle
 def serve_stored(
     cache: ResultCache,
     keys: Sequence[str | None],
@@ -42,30 +41,45 @@ def serve_stored(
         When the cache cannot be read.
     """
     found = cache.rows([k for k in dict.fromkeys(keys) if k is not None])
-    served = 0
-    stale: list[str] = []
-    p = c = w = o = 0
     if not found:
-        return Served(0, Usage(), stale)
-    stale_before = cache.clock() - TOUCH_SECONDS
-    get = found.get
-    for i, key in enumerate(keys):
-        row = get(key)  # type: ignore[arg-type]  # None (not cacheable) is never found
+        return Served(0, Usage(), [])
+    answers = list(map(found.get, keys))  # type: ignore[arg-type]  # None is never found
+    rows, usage, stale = serve_answers(answers, parse, outcomes, cache.clock() - TOUCH_SECONDS)
+    return Served(rows, usage, [cast("str", keys[i]) for i in stale])
+
+
+@without_gc()  # an outcome per answer: nothing here forms a cycle
+def serve_answers(
+    answers: Sequence[tuple[Any, ...] | None],
+    parse: Callable[[str], Any],
+    outcomes: list[Outcome | None],
+    stale_before: float,
+) -> tuple[int, Usage, list[int]]:
+    """Set ``outcomes[i]`` from ``answers[i]`` (an entry as :meth:`ResultCache.rows` gives it).
+
+    What :func:`serve_stored` does once the entries are read. Returns how
+    many were served, their stored usage, and the positions of those last
+    used before ``stale_before``.
+    """
+    served = 0
+    stale: list[int] = []
+    p = c = w = o = 0
+    new, check = tuple.__new__, accept  # an Outcome without its Python-level __new__ frame
+    for i, row in enumerate(answers):
         if row is None:
             continue
-        text, tokens, prompt, cached, written, output, _, used = row
+        text, tokens, prompt, cached, written, output, _, used, _ = row
         try:
-            value, _ = accept(parse, text, None)
+            value = check(parse, text, None)[0]
         except ParseError:
             continue
-        outcomes[i] = Outcome(
-            value, text, None, None, 0, None if tokens is None else load_tokens(tokens)
-        )
+        logprobs = None if tokens is None else load_tokens(tokens)
+        outcomes[i] = new(Outcome, (value, text, None, None, 0, logprobs))
         served += 1
         if used < stale_before:
-            stale.append(key)  # type: ignore[arg-type]
+            stale.append(i)
         p += prompt
         c += cached
         w += written
         o += output
-    return Served(served, Usage(p, c, w, o), stale)
+    return served, Usage(p, c, w, o), stale

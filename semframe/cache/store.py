@@ -94,6 +94,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+import numpy as np
+from numpy.typing import NDArray
+
 from semframe.cache.salvage import salvage
 from semframe.core.wire import Completion, TokenLogprob, Usage
 
@@ -209,8 +212,9 @@ _INSERT_INTO = f"INSERT INTO results ({_RESULT_COLUMNS}) VALUES "
 _ENTRY = (
     "text, tokens, prompt_tokens, cached_tokens, cache_write_tokens, output_tokens, "
     "finish_reason, last_used"
-)  # what a lookup reads of an answer, after its key
+)  # what a lookup reads of an answer, its key after it
 _CHUNK = 500  # keys (or rowids) looked up by one statement
+_SCAN_ROWS = 65_536  # answers matched at a time while the whole table is read
 _INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT = (
     " ON CONFLICT (key) DO UPDATE SET text = excluded.text, tokens = excluded.tokens, "
@@ -806,14 +810,15 @@ class ResultCache:
         """
         return {
             key: Entry(text, Usage(p, c, w, o), finish, load_tokens(tokens), used)
-            for key, (text, tokens, p, c, w, o, finish, used) in self.rows(keys).items()
+            for key, (text, tokens, p, c, w, o, finish, used, _) in self.rows(keys).items()
         }
 
     def rows(self, keys: Sequence[str]) -> dict[str, tuple[Any, ...]]:
         """:meth:`get_many` as plain rows, for speed.
 
         Each is ``key -> (text, tokens as JSON or None, prompt, cached,
-        cache-write and output tokens, finish reason, last used)``; a key that
+        cache-write and output tokens, finish reason, last used, the key's
+        32 bytes)``; a key that
         is not a request key (a SHA-256 digest in hex) is never found. A
         damaged file is replaced (see :class:`Recovery`) and what was salvaged
         is read.
@@ -825,45 +830,50 @@ class ResultCache:
         """
         if not keys:
             return {}
+        try:
+            wanted = dict(zip(map(bytes.fromhex, keys), keys, strict=True))
+            if any(len(d) != _KEY_BYTES for d in wanted):
+                raise ValueError
+        except (TypeError, ValueError):  # a key that is not a digest in hex is never found
+            wanted = {d: key for key in keys if (d := _unhex(key)) is not None}
+        digests = list(wanted)
+        found = self._read(lambda db: _stored(db, digests)) or []
+        return {wanted[d]: row for d, row in zip(digests, found, strict=False) if row is not None}
 
-        def read(db: sqlite3.Connection) -> dict[str, tuple[Any, ...]]:
-            found: dict[str, tuple[Any, ...]] = {}
-            # At least as many as the answers stored (rowids are not reused, but skipped).
-            (top,) = db.execute("SELECT max(rowid) FROM results").fetchone()
-            if top is None:
-                return found  # nothing stored (a first run)
-            try:
-                wanted = dict(zip(map(bytes.fromhex, keys), keys, strict=True))
-            except (TypeError, ValueError):  # a key that is not hex is never found
-                wanted = {d: key for key in keys if (d := _unhex(key)) is not None}
-            if top <= SCAN_FACTOR * len(wanted):
-                # Not many more answers stored than asked for: all of them are read,
-                # in the order they are stored (a re-run of the only call cached).
-                for row in db.execute(f"SELECT key, {_ENTRY} FROM results"):
-                    key = wanted.get(row[0])
-                    if key is not None:
-                        found[key] = row[1:]
-                return found
-            # Otherwise each key's rowid from the key index alone, in key order; then
-            # the answers in rowid order, the order they are stored in (read in key
-            # order, they would be read from pages all over the table).
-            ordered = sorted(wanted)
-            at: list[tuple[int, bytes]] = []
-            for lo in range(0, len(ordered), _CHUNK):
-                chunk = ordered[lo : lo + _CHUNK]
-                marks = ",".join("?" * len(chunk))
-                sql = f"SELECT rowid, key FROM results WHERE key IN ({marks})"
-                at.extend(db.execute(sql, chunk))
-            at.sort()
-            for lo in range(0, len(at), _CHUNK):
-                rowids = [rowid for rowid, _ in at[lo : lo + _CHUNK]]
-                marks = ",".join("?" * len(rowids))
-                sql = f"SELECT key, {_ENTRY} FROM results WHERE rowid IN ({marks})"
-                for row in db.execute(sql, rowids):
-                    found[wanted[row[0]]] = row[1:]
-            return found
+    def call_answers(
+        self, key: str
+    ) -> tuple[list[tuple[Any, ...] | None], list[bytes], dict[str, Any]] | None:
+        """A call's stored answers, one per row of the call, in the caller's row order.
 
-        return self._read(read) or {}
+        ``None`` when the call is not indexed (see :func:`call_key`). Otherwise
+        ``(answers, digests, info)``: ``answers[i]`` is row ``i``'s entry as
+        :meth:`rows` gives it (``None`` when its answer is not stored),
+        ``digests[i]`` its request key as the 32 bytes of the digest, and
+        ``info`` what was recorded with the call. A re-run reads this rather
+        than :meth:`get_call` and :meth:`rows`: no key is turned into hex text
+        and back.
+
+        Raises
+        ------
+        sqlite3.Error
+            When the file cannot be read (nor replaced).
+        """
+
+        def read(db: sqlite3.Connection) -> tuple[Any, ...] | None:
+            row: tuple[Any, ...] | None = db.execute(
+                "SELECT keys, info FROM calls WHERE key = ?", (key,)
+            ).fetchone()
+            return row
+
+        row = self._read(read)
+        if row is None:
+            return None
+        blob = bytes(row[0])
+        digests = [blob[i : i + _KEY_BYTES] for i in range(0, len(blob), _KEY_BYTES)]
+        found = self._read(lambda db: _stored(db, digests))
+        if found is None:
+            found = [None] * len(digests)
+        return found, digests, json.loads(row[1])
 
     def get_call(self, key: str) -> tuple[list[str], dict[str, Any]] | None:
         """A call's entry (see :func:`call_key`); ``None`` when absent.
@@ -1411,6 +1421,96 @@ def _key_bytes(key: str) -> bytes:
         msg = f"a result cache key is a SHA-256 digest in 64 hex digits, not {key!r}"
         raise ValueError(msg)
     return digest
+
+
+def _stored(db: sqlite3.Connection, digests: Sequence[bytes]) -> list[tuple[Any, ...] | None]:
+    """The stored entry of each of ``digests`` (32-byte keys), ``None`` where there is none.
+
+    Entries are as :meth:`ResultCache.rows` gives them. A cache holding at
+    most :data:`SCAN_FACTOR` answers per key asked is read whole, in the
+    order its answers are stored (a re-run of the only call cached), a chunk
+    at a time, and matched to the keys asked in numpy; otherwise each key's
+    rowid comes from the key index alone, in key order, then the answers in
+    rowid order, the order they are stored in (read in key order, they would
+    be read from pages all over the table).
+    """
+    unique = list(dict.fromkeys(digests))
+    found: list[tuple[Any, ...] | None] = [None] * len(unique)
+    # At least as many as the answers stored (rowids are not reused, but skipped).
+    (top,) = db.execute("SELECT max(rowid) FROM results").fetchone()
+    if top is None or not unique:
+        return [None] * len(digests)  # nothing stored (a first run), or nothing asked
+    if top <= SCAN_FACTOR * len(unique):
+        matcher = _Matcher.of(unique)
+        cursor = db.execute(f"SELECT {_ENTRY}, key FROM results")
+        while chunk := cursor.fetchmany(_SCAN_ROWS):
+            for i, row in matcher.matches(chunk):
+                found[i] = row
+    else:
+        position = {d: i for i, d in enumerate(unique)}
+        ordered = sorted(unique)
+        at: list[tuple[int, bytes]] = []
+        for lo in range(0, len(ordered), _CHUNK):
+            chunk_keys = ordered[lo : lo + _CHUNK]
+            marks = ",".join("?" * len(chunk_keys))
+            sql = f"SELECT rowid, key FROM results WHERE key IN ({marks})"
+            at.extend(db.execute(sql, chunk_keys))
+        at.sort()
+        for lo in range(0, len(at), _CHUNK):
+            rowids = [rowid for rowid, _ in at[lo : lo + _CHUNK]]
+            marks = ",".join("?" * len(rowids))
+            for row in db.execute(
+                f"SELECT {_ENTRY}, key FROM results WHERE rowid IN ({marks})", rowids
+            ):
+                found[position[row[-1]]] = row
+    if len(unique) == len(digests):
+        return found
+    by_key = dict(zip(unique, found, strict=True))
+    return list(map(by_key.__getitem__, digests))
+
+
+@dataclass(frozen=True, slots=True)
+class _Matcher:
+    """Finds which stored rows hold keys asked for, in numpy (distinct 32-byte keys asked).
+
+    Keys are compared as four big-endian 64-bit words, found by their first
+    word. Where two keys asked share a first word (about one table in 10^8
+    of a million keys), or a stored key is not 32 bytes, rows are matched
+    through a dict instead.
+    """
+
+    words: NDArray[np.uint64]  # the keys asked, sorted by their first word, (n, 4)
+    first: NDArray[np.uint64]  # their first words, ascending
+    slot: NDArray[np.intp]  # each sorted key's position among the keys asked
+    by_key: dict[bytes, int] | None  # the dict fallback (first words not distinct)
+
+    @classmethod
+    def of(cls, keys: Sequence[bytes]) -> _Matcher:
+        words = np.frombuffer(b"".join(keys), dtype=">u8").reshape(len(keys), 4)
+        slot = np.argsort(words[:, 0], kind="stable")
+        words = words[slot]
+        first = np.ascontiguousarray(words[:, 0])
+        distinct = first.size < 2 or bool((first[1:] != first[:-1]).all())
+        by_key = None if distinct else {k: i for i, k in enumerate(keys)}
+        return cls(words, first, slot, by_key)
+
+    def matches(self, rows: list[tuple[Any, ...]]) -> Iterable[tuple[int, tuple[Any, ...]]]:
+        """``(position among the keys asked, row)`` for the ``rows`` (key last) asked for."""
+        keys = [row[-1] for row in rows]
+        joined = b"".join(keys)
+        if self.by_key is not None or len(joined) != _KEY_BYTES * len(rows):
+            by_key = self.by_key or {
+                k: int(i) for k, i in zip(self._keys(), self.slot.tolist(), strict=True)
+            }
+            return [(i, row) for row in rows if (i := by_key.get(row[-1])) is not None]
+        stored = np.frombuffer(joined, dtype=">u8").reshape(len(rows), 4)
+        at = np.searchsorted(self.first, stored[:, 0])
+        np.minimum(at, self.first.size - 1, out=at)
+        hit = np.flatnonzero((self.words[at] == stored).all(axis=1))
+        return zip(self.slot[at[hit]].tolist(), map(rows.__getitem__, hit.tolist()), strict=True)
+
+    def _keys(self) -> list[bytes]:
+        return [w.tobytes() for w in self.words]
 
 
 def _unhex(text: Any) -> bytes | None:

@@ -26,8 +26,8 @@ import numpy as np
 from semframe import reorder
 from semframe.backends import Backend, cost_model, get_backend
 from semframe.cache.keys import cacheable, call_key, plan_keys, request_keys
-from semframe.cache.serve import serve_stored
-from semframe.cache.store import ResultCache, open_cache
+from semframe.cache.serve import serve_answers, serve_stored
+from semframe.cache.store import TOUCH_SECONDS, ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
@@ -386,17 +386,19 @@ def replay(
     n = rq.table.n_rows
     outcomes: list[Outcome | None] = [None] * n
     try:
-        entry = cache.get_call(key)
-        if entry is None or len(entry[0]) != n:
+        entry = cache.call_answers(key)
+        if entry is None or len(entry[0]) != n or None in entry[0]:
             return None
-        keys, info = entry
-        served = serve_stored(cache, keys, rq.output.parse, outcomes)
+        answers, digests, info = entry
+        rows, usage, stale = serve_answers(
+            answers, rq.output.parse, outcomes, cache.clock() - TOUCH_SECONDS
+        )
     except sqlite3.Error:
         return None
-    if served.rows != n:
+    if rows != n:
         return None
     with contextlib.suppress(sqlite3.Error):
-        cache.touch(dict.fromkeys(served.stale))
+        cache.touch(dict.fromkeys(digests[i].hex() for i in stale))
         cache.touch_call(key)
         cache.count_hits(backend.name, backend.model, n)
     batch = bool(info.get("batch", False))
@@ -419,7 +421,7 @@ def replay(
         dollars=backend.cost.bill(Usage(), batch=batch),
         batch=batch,
         cache_hits=n,
-        cache_saved_dollars=backend.cost.bill(served.usage, batch=batch),
+        cache_saved_dollars=backend.cost.bill(usage, batch=batch),
     )
     record_run(stats)
     return [o for o in outcomes if o is not None], stats
