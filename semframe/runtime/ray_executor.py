@@ -73,6 +73,7 @@ from semframe.runtime.execute import (
     execute,
     interrupted,
     lost_prompt_tokens,
+    paced_collector,
     run_stats,
     serve_from_cache,
     unanswered,
@@ -730,70 +731,76 @@ def execute_ray(
         elif totals.cache_hits:
             bar.update(totals.done, 0, 0, 0)
     stopped = False
-    try:
-        if pool is not None:
-            run = _Run(
-                ray,
-                plan,
-                pool.actors,
-                replica_settings(settings, backend, replicas),
-                completions=keep is not None,
-                alive=list(range(replicas)),
-            )
-            # What a replica may have in flight (sent, the answer not streamed back).
-            window = in_flight_window(settings, backend, replicas)
-            run.dispatch(ids_of(send.requests))
-            while run.active:
-                try:
-                    kind, number, payload = run.events.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                job = run.jobs[number]
-                tally = tallies[job.replica]
-                if kind == "answers":
-                    batch = cast(Answers, payload)
-                    fresh = _take(batch, job, outcomes, totals, tally, start=start)
-                    if keep is not None and batch.completions is not None:
-                        for k in fresh:
-                            completion = batch.completions[k]
-                            if completion is not None:
-                                keep(job.ids[batch.ids[k]], completion)
-                    if bar is not None:
-                        bar.update(
-                            totals.done, totals.prompt_tokens, totals.cached_tokens, totals.errors
-                        )
-                    if (
-                        stop_when is not None
-                        and not stopped
-                        and stop_when(totals.charged(), totals.done - totals.cache_hits, 0)
-                    ):
-                        stopped = True
+    # Answers and outcomes pile up by the million: see paced_collector.
+    with paced_collector() as collect:
+        try:
+            if pool is not None:
+                run = _Run(
+                    ray,
+                    plan,
+                    pool.actors,
+                    replica_settings(settings, backend, replicas),
+                    completions=keep is not None,
+                    alive=list(range(replicas)),
+                )
+                # What a replica may have in flight (sent, the answer not streamed back).
+                window = in_flight_window(settings, backend, replicas)
+                run.dispatch(ids_of(send.requests))
+                while run.active:
+                    try:
+                        kind, number, payload = run.events.get(timeout=0.1)
+                    except queue.Empty:
+                        continue
+                    job = run.jobs[number]
+                    tally = tallies[job.replica]
+                    if kind == "answers":
+                        batch = cast(Answers, payload)
+                        fresh = _take(batch, job, outcomes, totals, tally, start=start)
+                        if keep is not None and batch.completions is not None:
+                            for k in fresh:
+                                completion = batch.completions[k]
+                                if completion is not None:
+                                    keep(job.ids[batch.ids[k]], completion)
+                        if bar is not None:
+                            bar.update(
+                                totals.done,
+                                totals.prompt_tokens,
+                                totals.cached_tokens,
+                                totals.errors,
+                            )
+                        collect()
+                        if (
+                            stop_when is not None
+                            and not stopped
+                            and stop_when(totals.charged(), totals.done - totals.cache_hits, 0)
+                        ):
+                            stopped = True
+                            run.stop()
+                        continue
+                    run.active.discard(number)
+                    if kind == "died":
+                        tally.died = True
+                        if job.replica in run.alive:
+                            run.alive.remove(job.replica)
+                        left = [i for i in job.ids if outcomes[i] is None]
+                        if backend.endpoint:
+                            _charge_lost(totals, backend, [plan.requests[i] for i in left], window)
+                        if not stopped:
+                            run.dispatch(left)
+                    elif kind == "error":
                         run.stop()
-                    continue
-                run.active.discard(number)
-                if kind == "died":
-                    tally.died = True
-                    if job.replica in run.alive:
-                        run.alive.remove(job.replica)
-                    left = [i for i in job.ids if outcomes[i] is None]
-                    if backend.endpoint:
-                        _charge_lost(totals, backend, [plan.requests[i] for i in left], window)
-                    if not stopped:
-                        run.dispatch(left)
-                elif kind == "error":
-                    run.stop()
-                    error = _unwrap(cast(BaseException, payload))
-                    if isinstance(error, RunAborted):
-                        error.outcomes = plan.restore(outcomes)
-                        error.answered = count_answered(outcomes)
-                    raise error
-    except KeyboardInterrupt as exc:
-        raise interrupted(plan, outcomes, stored=cache is not None) from exc
-    finally:
-        if bar is not None:
-            bar.close()
-        if cache is not None:
-            cache.flush()
+                        error = _unwrap(cast(BaseException, payload))
+                        if isinstance(error, RunAborted):
+                            error.outcomes = plan.restore(outcomes)
+                            error.answered = count_answered(outcomes)
+                        raise error
+        except KeyboardInterrupt as exc:
+            raise interrupted(plan, outcomes, stored=cache is not None) from exc
+        finally:
+            if bar is not None:
+                bar.close()
+            if cache is not None:
+                cache.flush()
     nodes = pool.nodes if pool is not None else [""] * replicas
     stats = dataclasses.replace(
         run_stats(plan, backend, totals, start, replicas, batch=False),
