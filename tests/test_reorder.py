@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import random
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -516,3 +518,119 @@ def test_worked_example_of_the_docs() -> None:
     assert phc(t, order(t, "stats")) == 72
     assert phc(t, order(t, "none")) == 0
     assert upper_bound(t) == 147
+
+
+# -- the fixed-order candidate -----------------------------------------------------
+
+
+def _sorted_in(t: Table, columns: tuple[str, ...]) -> Ordering:
+    """Every row in ``columns``' order, rows sorted lexicographically in it."""
+    rows = sorted(range(t.n_rows), key=lambda r: tuple(t.cells[c][r] for c in columns))
+    return Ordering(tuple(rows), (columns,) * t.n_rows)
+
+
+def _fixed(t: Table, fds: list[tuple[int, int]] | None = None) -> tuple[str, ...]:
+    from semframe.reorder._encode import encode
+    from semframe.reorder.fds import fd_pairs
+    from semframe.reorder.stats import fixed_order
+
+    enc = encode(t)
+    pairs = fd_pairs(enc) if fds is None else fds
+    return tuple(enc.columns[j] for j in fixed_order(enc, pairs))
+
+
+@pytest.mark.parametrize("python_rows", [0, 128])  # grouped in numpy / in plain Python
+@FAST
+@given(t=tables(min_rows=1, max_rows=9, min_cols=1, max_cols=4))
+def test_the_fixed_order_is_the_best_one_field_order_for_every_row(
+    t: Table, python_rows: int
+) -> None:
+    """Exact on small tables: no other field order's sorted rows serve more."""
+    from semframe.reorder import stats
+
+    with mock.patch.object(stats, "_PYTHON_ROWS", python_rows):
+        chosen = _fixed(t)
+    assert sorted(chosen) == sorted(t.columns)
+    served = hit_rate(t, _sorted_in(t, chosen))
+    assert all(
+        served >= hit_rate(t, _sorted_in(t, perm)) - 1e-12
+        for perm in itertools.permutations(t.columns)
+    )
+
+
+def test_ggr_keeps_the_fixed_order_where_its_greedy_splits_large_groups() -> None:
+    # Values of about one length; c2 has three groups, c0 five, c1 ten, all skewed.
+    # GGR's greedy takes c2's largest group, then c0's largest group among the rest,
+    # which splits c2's other groups: both its solves serve less than the rows
+    # sorted by (c2, c0, c1). The default keeps that order.
+    rng = np.random.default_rng(4)
+    n = 200
+    c0 = rng.choice(
+        ["c0v0.", "c0v1.", "c0v2.", "c0v3.", "c0v4"], n, p=[0.58, 0.18, 0.145, 0.065, 0.03]
+    )
+    c1 = rng.choice([f"c1v{i}" for i in range(10)], n)
+    c2 = rng.choice(["c2v0.", "c2v1", "c2v2"], n, p=[0.63, 0.22, 0.15])
+    t = Table.from_columns({"c0": list(c0), "c1": list(c1), "c2": list(c2)})
+    assert _fixed(t) == ("c2", "c0", "c1")
+    best = max(hit_rate(t, _sorted_in(t, p)) for p in itertools.permutations(t.columns))
+    assert hit_rate(t, ggr(t, weigh="value")) < best
+    assert hit_rate(t, ggr(t, weigh="segment")) < best
+    assert hit_rate(t, ggr(t)) == pytest.approx(best)
+    assert hit_rate(t, ggr(t), cache="unbounded") == pytest.approx(best)
+
+
+def test_columns_that_determine_each_other_stay_together_in_the_fixed_order() -> None:
+    # An id and a name are one column in two: placed apart, the second serves nothing.
+    rng = np.random.default_rng(0)
+    item = rng.integers(0, 12, 300)
+    style = item % 3  # each item has one style; a style has four items
+    t = Table.from_columns(
+        {
+            "name": [f"item number {i}" for i in item],
+            "score": [str(s) for s in rng.integers(0, 2, 300)],
+            "style": [f"style {s}" for s in style],
+            "item_id": [f"id{i:03d}" for i in item],
+        }
+    )
+    order = _fixed(t)
+    assert abs(order.index("name") - order.index("item_id")) == 1
+    without = _fixed(t, fds=[])  # without the dependency known, apart or not, never better
+    assert hit_rate(t, _sorted_in(t, order)) >= hit_rate(t, _sorted_in(t, without))
+
+
+def test_fixed_order_searches_a_sample_of_a_large_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    from semframe.reorder import stats
+    from semframe.reorder._encode import encode
+
+    rng = np.random.default_rng(1)
+    n = 3000
+    t = Table.from_columns(
+        {
+            "a": [f"long value {v}" for v in rng.integers(0, 40, n)],
+            "b": [f"b{v}" for v in rng.integers(0, 2, n)],
+            "c": [f"c{v}" for v in rng.integers(0, 6, n)],
+        }
+    )
+    full = stats.fixed_order(encode(t))
+    monkeypatch.setattr(stats, "FIXED_ORDER_ROWS", 1000)
+    monkeypatch.setattr(stats, "FIXED_ORDER_CELLS", 2000)  # two columns searched, one added
+    sampled = stats.fixed_order(encode(t))
+    assert sorted(sampled) == [0, 1, 2]
+    served = [hit_rate(t, _sorted_in(t, tuple(t.columns[j] for j in o))) for o in (full, sampled)]
+    assert served[1] >= served[0] - 0.01  # a third of the rows, and the exact search cut
+
+
+@FAST
+@given(t=tables(min_rows=1, max_rows=12, min_cols=1, max_cols=4), data=st.data())
+def test_served_units_of_sorted_rows_are_counted_without_building_prompts(
+    t: Table, data: st.DataObject
+) -> None:
+    from semframe.reorder._encode import encode
+    from semframe.reorder.ggr import _DepthFirst, _Gathered, _sorted_served
+    from semframe.reorder.stats import lexsort_rows
+
+    enc = encode(t)
+    order = tuple(data.draw(st.permutations(range(enc.n_columns))))
+    rows = lexsort_rows(enc, np.arange(enc.n_rows, dtype=np.int64), order)
+    built = _DepthFirst(enc, _Gathered(rows, np.zeros(enc.n_rows, dtype=np.int8), (order,)))
+    assert _sorted_served(enc, rows, order) == built.served()

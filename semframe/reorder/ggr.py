@@ -26,14 +26,17 @@ What semframe adds to the paper's greedy:
 - **High-cardinality columns** (more than ``high_cardinality * n`` distinct
   values) stay out of the recursion and go last, ordered by statistics; they
   are recursed into only where every other column is already in the prefix.
-- **Two scores; the objective decides.** ``len(v)`` above is the value's
-  length (``weigh="value"``, the paper's) or the length of the prompt segment
-  that carries it, ``f"{column}: {value}\\n"`` (``weigh="segment"``), which
-  counts a short value under a long label as the prompt does. Neither is right
-  on every table, so by default (``weigh="best"``) both run and the order
-  whose prompts a cache serves more of, in segment units, is kept; given an
-  :class:`Objective` (the backend's tokenizer and cache granularity), in the
-  tokens the cache serves.
+- **Two scores and one fixed order; the objective decides.** ``len(v)``
+  above is the value's length (``weigh="value"``, the paper's) or the length
+  of the prompt segment that carries it, ``f"{column}: {value}\\n"``
+  (``weigh="segment"``), which counts a short value under a long label as the
+  prompt does. Neither is right on every table, and a greedy can split large
+  groups that one field order for every row keeps whole. So by default
+  (``weigh="best"``) both run, the rows sorted in the best single field order
+  (:func:`~semframe.reorder.stats.fixed_order`) are a third candidate, and
+  the candidate whose prompts a cache serves more of, in segment units, is
+  kept; given an :class:`Objective` (the backend's tokenizer and cache
+  granularity), in the tokens the cache serves.
 - **Table-statistics early stop.** Where ``max_depth`` or ``max_groups`` is
   reached, or no group scores above ``min_hitcount``, the remaining rows get the
   statistics field order (:mod:`semframe.reorder.stats`) and a lexicographic
@@ -87,7 +90,7 @@ from semframe.reorder._encode import (
 )
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
 from semframe.reorder.metrics import Granularity, served_tokens, served_units
-from semframe.reorder.stats import lexsort_rows, stats_rank
+from semframe.reorder.stats import fixed_order, lexsort_rows, stats_rank
 from semframe.reorder.trie import depth_first
 
 DEFAULT_HIGH_CARDINALITY = 0.9
@@ -1141,6 +1144,27 @@ class _DepthFirst:
         self.segments = None
 
 
+def _sorted_served(enc: Encoded, rows: IntArray, order: Sequence[int]) -> int:
+    """Segment units a previous-prompt cache serves: ``rows`` (sorted) all in field ``order``.
+
+    A row's segment at depth ``k`` is served when the row agrees with the one
+    before it on the first ``k + 1`` fields (what :meth:`_DepthFirst.served`
+    counts, without building the prompts' codes).
+    """
+    if rows.size < 2:
+        return 0
+    same = np.ones(rows.size - 1, dtype=bool)
+    total = 0
+    for c in order:
+        codes = enc.codes[c][rows]
+        same &= codes[1:] == codes[:-1]
+        if not same.any():
+            break
+        units = enc.lengths[c].astype(np.int64) + enc.labels[c]
+        total += int(units[codes[1:][same]].sum())
+    return total
+
+
 def _encoded_units(enc: Encoded) -> IntArray:
     """Each segment's units by global code (its value's and its label's lengths)."""
     return np.concatenate(
@@ -1211,11 +1235,27 @@ def ggr_encoded(
         if weigh == "best" and objective is None and len(results) == 1:
             # Scored now, the first solve's codes are not held through the second solve.
             results[0].score_and_release()
-    if len(results) == 1 or results[0].same_as(results[1]):
-        best = 0  # nothing to choose (and no tokens to count)
-    # The objective decides between the two scores: the prompt units served.
+    if weigh == "best":
+        # The third candidate: one field order for every row, the one whose sorted
+        # rows share the most (fixed_order), as a table of few large groups wants.
+        # Counted first, it is built only where it could be chosen.
+        if objective is None:
+            results[-1].score_and_release()
+        order = fixed_order(enc, effective)
+        rows = lexsort_rows(enc, np.arange(enc.n_rows, dtype=np.int64), order)
+        if objective is not None or _sorted_served(enc, rows, order) > max(
+            r.served() for r in results
+        ):
+            fixed = _Gathered(rows, np.zeros(enc.n_rows, dtype=np.int8), (order,))
+            results.append(_DepthFirst(enc, fixed))
+            del fixed
+        del rows
+    distinct = [r for i, r in enumerate(results) if not any(r.same_as(q) for q in results[:i])]
+    if len(distinct) == 1:
+        chosen = distinct[0]  # nothing to choose (and no tokens to count)
+    # The objective decides between the candidates: the prompt units served.
     elif objective is None:
-        best = max(range(2), key=lambda i: results[i].served())  # the first ("value") on a tie
+        chosen = max(distinct, key=_DepthFirst.served)  # the first (GGR, "value") on a tie
     else:
         units = objective_units(enc, objective)
 
@@ -1225,9 +1265,9 @@ def ggr_encoded(
             at = served_tokens(r.codes(), units, objective.granularity, head=objective.head)
             return at, r.served()
 
-        best = max(range(2), key=lambda i: served(results[i]))
-    chosen = results[best]
-    results.clear()  # the other solve's arrays go before the chosen one's tuples are built
+        chosen = max(distinct, key=served)
+    results.clear()  # the other candidates' arrays go before the chosen one's tuples are built
+    distinct.clear()
     return chosen.ordering()
 
 
@@ -1289,8 +1329,10 @@ def ggr(
         of the prompt segment that carries it, label included
         (``f"{column}: {value}\\n"``), which weighs short values under long
         labels (a rating) the way the prompt does. Neither is right on every
-        table: ``"best"`` (default) runs both and keeps the order whose prompts
-        a cache serves more of, counted in segment units.
+        table: ``"best"`` (default) runs both, adds the rows sorted in the one
+        field order that shares most
+        (:func:`~semframe.reorder.stats.fixed_order`), and keeps the candidate
+        whose prompts a cache serves more of, counted in segment units.
     granularity : Granularity, optional
         The cache's units: with it, ``"best"`` counts each prompt's served
         prefix (``head`` included) rounded down to it
