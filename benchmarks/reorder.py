@@ -39,6 +39,7 @@ columns, low cardinality): mean and minimum of ``PHC(GGR) / PHC(OPHR)``.
     python benchmarks/reorder.py --rows 50000 --fds 0>3,1>4 --repeats 3
     python benchmarks/reorder.py --reference ../ggr-reference
     python benchmarks/reorder.py --units
+    python benchmarks/reorder.py --sweep 40 --seed 2 --reference ../ggr-reference
     python benchmarks/reorder.py --scaling-only --scaling-shape proportional --columns 8 \\
         --scaling 1000000,3000000,10000000
 
@@ -55,6 +56,15 @@ when present. OpenAI is measured on the field segments alone and after an
 instruction block of ``--head`` tokens (default 1,024), which every prompt
 shares: there the rate is the field tokens served beyond what the block alone
 gets, ``(served - (n - 1) * round(head)) / field tokens``.
+
+``--sweep N`` orders ``N`` random tables of varied shapes instead, each with
+GGR and the reference (required), and counts where GGR is below it under
+either cache model (``benchmarks/results/reorder_sweep_SEED.json``): synthetic
+tables of 200 to 6,000 rows and 3 to 9 columns (random cardinalities, value
+lengths, Zipf skews, sometimes an FD), long-tail tables of 2,000 to 10,000 rows
+(with 0, 50% or 95% of reviews giving one score to all four aspects), and
+slices of 3 to 8 random columns and 500 to 10,000 rows of the two data
+tables. Shapes come from ``--seed``: a new seed is a new set of tables.
 """
 
 from __future__ import annotations
@@ -608,6 +618,87 @@ def units_report(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def sweep_table(rng: random.Random, data: dict[str, Table]) -> tuple[str, Table]:
+    """One random table for ``--sweep`` (see the module docstring), and what it is."""
+    kind = rng.choice(["synthetic", "synthetic", "synthetic", "long-tail", "data"])
+    seed = rng.randrange(10**6)
+    if kind == "synthetic":
+        rows = rng.choice([200, 500, 1000, 3000, 6000])
+        cols = rng.randint(3, 9)
+        cards = [rng.choice([2, 3, 5, 10, 30, 100, 300, 1000, rows]) for _ in range(cols)]
+        lo = rng.randint(1, 10)
+        hi = lo + rng.randint(0, 60)
+        fds = [(0, 1)] if cols >= 4 and rng.random() < 0.5 else []
+        skew = rng.choice([0.0, 0.5, 1.0, 1.5])
+        t = synthetic(rows, cols, cards, (lo, hi), skew=skew, fds=fds, seed=seed)
+        shape = f"cardinalities {cards}, lengths {lo}-{hi}, skew {skew}, FDs {fds}"
+        return f"synthetic {rows} x {cols}, {shape}", t
+    if kind == "long-tail":
+        rows = rng.choice([2000, 5000, 10000])
+        same = rng.choice([0.0, 0.5, 0.95])
+        return f"long-tail {rows}, one score for all aspects {same:.0%}", long_tail(
+            rows, seed, same
+        )
+    name = rng.choice(sorted(data))
+    src = data[name]
+    chosen = rng.sample(list(src.columns), rng.randint(3, min(8, len(src.columns))))
+    n = rng.choice([500, 1000, 3000, min(src.n_rows, 10000)])
+    start = rng.randrange(max(1, src.n_rows - n))
+    t = Table.from_columns({c: list(src.cells[c][start : start + n]) for c in chosen})
+    return f"{name} rows {start}-{start + t.n_rows} of {chosen}", t
+
+
+def sweep(args: argparse.Namespace, count: int) -> None:
+    """``--sweep``: GGR against the reference on ``count`` random tables."""
+    reference = find_reference(args)
+    if reference is None:
+        sys.exit("--sweep needs the reference (see --reference)")
+    data = {
+        "movies_small.csv": load_csv(DATA / "movies_small.csv"),
+        "contributions.csv": load_csv(DATA / "contributions.csv"),
+    }
+    rng = random.Random(args.seed)
+    rows: list[dict[str, Any]] = []
+    below = 0
+    print("| # | table | ggr (prev / unbounded) | reference | ggr s | reference s |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for k in range(count):
+        title, table = sweep_table(rng, data)
+        start = time.perf_counter()
+        mine = evaluate(table, ggr(table))
+        seconds = time.perf_counter() - start
+        got = reference_order(table, reference.directory, reference.python)
+        if got is None:
+            continue
+        theirs = evaluate(table, got[0])
+        lower = min(
+            mine.hit_rate - theirs.hit_rate, mine.hit_rate_unbounded - theirs.hit_rate_unbounded
+        )
+        below += lower < 0
+        print(
+            f"| {k} | {title} | {mine.hit_rate:.4f} / {mine.hit_rate_unbounded:.4f} | "
+            f"{theirs.hit_rate:.4f} / {theirs.hit_rate_unbounded:.4f} | {seconds:.3f} | "
+            f"{got[1]:.3f} |{' **below**' if lower < 0 else ''}",
+            flush=True,
+        )
+        rows.append(
+            {
+                "table": title,
+                "rows": table.n_rows,
+                "columns": len(table.columns),
+                "ggr": [mine.hit_rate, mine.hit_rate_unbounded],
+                "reference": [theirs.hit_rate, theirs.hit_rate_unbounded],
+                "ggr_seconds": seconds,
+                "reference_seconds": got[1],
+            }
+        )
+    print(f"\nGGR below the reference on {below} of {len(rows)} tables")
+    out = args.out or RESULTS.with_name(f"reorder_sweep_{args.seed}.json")
+    report = {"seed": args.seed, "tables": rows, "below": below, "date": time.strftime("%Y-%m-%d")}
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
 def parse_fds(text: str) -> list[tuple[int, int]]:
     out = []
     for part in filter(None, text.split(",")):
@@ -672,7 +763,13 @@ def main() -> None:
         "one solve, with the table's memory and the solver's peak above it",
     )
     parser.add_argument("--scaling-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--sweep", type=int, default=0, help="only GGR vs the reference on N random tables"
+    )
     args = parser.parse_args()
+    if args.sweep:
+        sweep(args, args.sweep)
+        return
     fds = parse_fds(args.fds)
     if args.scaling_child is not None:
         json.dump(scaling_child(args.scaling_child, args, fds), sys.stdout)

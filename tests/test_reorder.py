@@ -32,8 +32,13 @@ from semframe.reorder import (
     ophr,
     order,
     phc,
+    stats,
     upper_bound,
 )
+from semframe.reorder._encode import encode
+from semframe.reorder.fds import fd_pairs
+from semframe.reorder.ggr import _DepthFirst, _Gathered, _sorted_served
+from semframe.reorder.stats import fixed_order, lexsort_rows
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -530,10 +535,6 @@ def _sorted_in(t: Table, columns: tuple[str, ...]) -> Ordering:
 
 
 def _fixed(t: Table, fds: list[tuple[int, int]] | None = None) -> tuple[str, ...]:
-    from semframe.reorder._encode import encode
-    from semframe.reorder.fds import fd_pairs
-    from semframe.reorder.stats import fixed_order
-
     enc = encode(t)
     pairs = fd_pairs(enc) if fds is None else fds
     return tuple(enc.columns[j] for j in fixed_order(enc, pairs))
@@ -546,7 +547,6 @@ def test_the_fixed_order_is_the_best_one_field_order_for_every_row(
     t: Table, python_rows: int
 ) -> None:
     """Exact on small tables: no other field order's sorted rows serve more."""
-    from semframe.reorder import stats
 
     with mock.patch.object(stats, "_PYTHON_ROWS", python_rows):
         chosen = _fixed(t)
@@ -599,8 +599,6 @@ def test_columns_that_determine_each_other_stay_together_in_the_fixed_order() ->
 
 
 def test_fixed_order_searches_a_sample_of_a_large_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    from semframe.reorder import stats
-    from semframe.reorder._encode import encode
 
     rng = np.random.default_rng(1)
     n = 3000
@@ -625,9 +623,6 @@ def test_fixed_order_searches_a_sample_of_a_large_table(monkeypatch: pytest.Monk
 def test_served_units_of_sorted_rows_are_counted_without_building_prompts(
     t: Table, data: st.DataObject
 ) -> None:
-    from semframe.reorder._encode import encode
-    from semframe.reorder.ggr import _DepthFirst, _Gathered, _sorted_served
-    from semframe.reorder.stats import lexsort_rows
 
     enc = encode(t)
     order = tuple(data.draw(st.permutations(range(enc.n_columns))))
