@@ -671,3 +671,16 @@ def test_put_does_not_wait_after_a_failed_write_or_on_an_event_loop(tmp_path: Pa
         _release_writer(cache)
         assert cache.flush()
         assert cache.pending == 0
+
+
+def test_a_call_entry_that_is_not_whole_keys_is_not_served(tmp_path: Path) -> None:
+    path = tmp_path / FILENAME
+    with ResultCache(path) as cache:
+        cache.put(digest("k0"), FakeBackend(), Completion(0, "a", Usage(1, 0, 0, 1)))
+        cache.put_call("call", [digest("k0")], {})
+        cache.flush()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE calls SET keys = ? WHERE key = 'call'", (bytes(31),))
+    db.close()
+    with ResultCache(path) as cache:
+        assert cache.call_answers("call") is None

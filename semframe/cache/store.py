@@ -866,8 +866,8 @@ class ResultCache:
             return row
 
         row = self._read(read)
-        if row is None:
-            return None
+        if row is None or len(row[0]) % _KEY_BYTES:
+            return None  # not indexed, or an entry that is not whole keys (never served)
         blob = bytes(row[0])
         digests = [blob[i : i + _KEY_BYTES] for i in range(0, len(blob), _KEY_BYTES)]
         found = self._read(lambda db: _stored(db, digests))
