@@ -858,14 +858,7 @@ class ResultCache:
         sqlite3.Error
             When the file cannot be read (nor replaced).
         """
-
-        def read(db: sqlite3.Connection) -> tuple[Any, ...] | None:
-            row: tuple[Any, ...] | None = db.execute(
-                "SELECT keys, info FROM calls WHERE key = ?", (key,)
-            ).fetchone()
-            return row
-
-        row = self._read(read)
+        row = self._call_row(key)
         if row is None or len(row[0]) % _KEY_BYTES:
             return None  # not indexed, or an entry that is not whole keys (never served)
         blob = bytes(row[0])
@@ -881,6 +874,15 @@ class ResultCache:
         Returns the request key of each of the call's rows, in the caller's row
         order, and what was recorded with the entry.
         """
+        row = self._call_row(key)
+        if row is None:
+            return None
+        blob, info = row
+        text = bytes(blob).hex()
+        return [text[i : i + 64] for i in range(0, len(text), 64)], json.loads(info)
+
+    def _call_row(self, key: str) -> tuple[Any, ...] | None:
+        """A call's ``(keys blob, info JSON)`` as stored; ``None`` when absent."""
 
         def read(db: sqlite3.Connection) -> tuple[Any, ...] | None:
             row: tuple[Any, ...] | None = db.execute(
@@ -888,12 +890,7 @@ class ResultCache:
             ).fetchone()
             return row
 
-        row = self._read(read)
-        if row is None:
-            return None
-        blob, info = row
-        text = bytes(blob).hex()
-        return [text[i : i + 64] for i in range(0, len(text), 64)], json.loads(info)
+        return self._read(read)
 
     # -- writing -----------------------------------------------------------------------
 
