@@ -15,7 +15,7 @@ GGR keeps it where it beats its own per-row orders.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -73,6 +73,10 @@ FIXED_ORDER_COLUMNS = 8
 
 _PYTHON_ROWS = 128
 """Up to this many rows :func:`fixed_order` groups them in plain Python."""
+
+_DENSE_SPAN = 8
+"""A split counts its ``(group, code)`` pairs in place while they span at most this many
+numbers a row (beyond, it sorts them)."""
 
 FIXED_ORDER_CELLS = 1_000_000
 """Rows looked at times column sets grouped: what :func:`fixed_order`'s exact search may cost.
@@ -177,12 +181,12 @@ def fixed_order(enc: Encoded, fds: Sequence[tuple[int, int]] = ()) -> tuple[int,
         groups.append(grouped)
         value = -1
         order: tuple[int, ...] = ()
-        for c in range(k):  # the first in ``live``'s order wins a tie
-            if s >> c & 1:
-                before, prefix = best[s & ~(1 << c)]
-                total = before + serves(searched[c], at, counts)
-                if total > value:
-                    value, order = total, (*prefix, searched[c])
+        members = [c for c in range(k) if s >> c & 1]
+        more = grouping.serves_each(searched, members, at, counts)
+        for c, add in zip(members, more, strict=True):  # the first in ``live``'s order wins a tie
+            before, prefix = best[s & ~(1 << c)]
+            if before + add > value:
+                value, order = before + add, (*prefix, searched[c])
         best.append((value, order))
     chosen = list(best[-1][1])
     # The other grouping columns one at a time: each time the one that serves most next.
@@ -207,6 +211,8 @@ class _Grouping:
         self, codes: dict[int, IntArray], units: Sequence[IntArray], cards: Sequence[int]
     ) -> None:
         self.codes, self.units, self.cards = codes, units, cards
+        # Each row's segment units in the searched columns (a row per column), once built.
+        self._segments: tuple[list[int], IntArray] | None = None
 
     @staticmethod
     def none(size: int) -> Any:
@@ -214,16 +220,42 @@ class _Grouping:
         return np.zeros(size, dtype=np.int64)
 
     def split(self, groups: Any, j: int) -> tuple[Any, Any, Any]:
-        """``groups`` split by column ``j``: each row's group, a row of each, their sizes."""
+        """``groups`` split by column ``j``: each row's group, a row of each, their sizes.
+
+        New groups are numbered in the order of ``(group, code)``. Where those
+        pairs span few more numbers than there are rows, they are counted in
+        place (no sort).
+        """
         key = groups * self.cards[j] + self.codes[j]
-        _, at, inverse, counts = np.unique(
-            key, return_index=True, return_inverse=True, return_counts=True
-        )
-        return inverse.astype(np.int64, copy=False), at, counts
+        size = key.size
+        span = int(key.max()) + 1
+        if span > _DENSE_SPAN * size:
+            _, at, inverse, counts = np.unique(
+                key, return_index=True, return_inverse=True, return_counts=True
+            )
+            return inverse.astype(np.int64, copy=False), at, counts
+        every = np.bincount(key, minlength=span)
+        present = np.flatnonzero(every)
+        number = np.empty(span, dtype=np.int64)
+        number[present] = np.arange(present.size)
+        inverse = number[key]
+        at = np.empty(present.size, dtype=np.int64)
+        at[inverse] = np.arange(size)  # a row of each group: all hold its columns' values
+        return inverse, at, every[present]
 
     def serves(self, j: int, at: Any, counts: Any) -> int:
         """What column ``j`` serves in the groups (a row of each, their sizes) it is part of."""
         return int(np.dot(self.units[j][self.codes[j][at]], counts - 1))
+
+    def serves_each(
+        self, columns: Sequence[int], members: Sequence[int], at: Any, counts: Any
+    ) -> list[int]:
+        """:meth:`serves` of ``columns[i]`` for each ``i`` of ``members``, in one product."""
+        if self._segments is None or self._segments[0] != columns:
+            per_row = np.stack([self.units[j][self.codes[j]] for j in columns])
+            self._segments = (list(columns), per_row)
+        per_row = self._segments[1]
+        return cast("list[int]", (per_row[members][:, at] @ (counts - 1)).tolist())
 
 
 class _PythonGrouping:
@@ -255,6 +287,11 @@ class _PythonGrouping:
     def serves(self, j: int, at: Any, counts: Any) -> int:
         col, units = self.codes[j], self.units[j]
         return sum(units[col[r]] * (c - 1) for r, c in zip(at, counts, strict=True))
+
+    def serves_each(
+        self, columns: Sequence[int], members: Sequence[int], at: Any, counts: Any
+    ) -> list[int]:
+        return [self.serves(columns[i], at, counts) for i in members]
 
 
 def _with_twins(
