@@ -208,7 +208,7 @@ def test_api_replicas_bill_what_their_estimate_says(monkeypatch: pytest.MonkeyPa
         }
     )
     template = "Is {review} positive about {movie}? " + "Follow the rubric with care. " * 300
-    with ProviderEmulator(latency=Latency(fixed_s=0.2)) as emu:
+    with ProviderEmulator(latency=Latency(fixed_s=0.5)) as emu:
         settings = {
             "backend": "anthropic",
             "model": "claude-sonnet-4-5",
@@ -217,11 +217,17 @@ def test_api_replicas_bill_what_their_estimate_says(monkeypatch: pytest.MonkeyPa
             "progress": "off",
             **RAY,
         }
-        latency = LatencyModel(0.2, 0.0)
+        latency = LatencyModel(0.5, 0.0)
         call = compile_call(df, template, op="filter", **settings)
         est = estimate_plan(call.plan, call.settings, latency=latency).planned
         alone = compile_call(df, template, op="filter", **{**settings, "executor": "local"})
         one_client = estimate_plan(alone.plan, alone.settings, latency=latency).planned
+        # The estimate has both replicas start together. Started cold, one may lag
+        # (its SDK imported, its client made) until the other's write has landed,
+        # and then it reads the instructions instead of writing them: so both are
+        # started first, by a call too short for the provider to cache anything.
+        df.iloc[:2].llm.filter("Is {review} positive about {movie}?", **settings)
+        emu.ledger.reset()
         df.llm.filter(template, **settings)
         bill = emu.ledger.totals()
         assert bill.requests == est.requests == 48
