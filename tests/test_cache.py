@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 import semframe
 from semframe.backends.base import Completion, Request, Usage
 from semframe.backends.fake import FakeBackend, default_answer
-from semframe.cache import store
+from semframe.cache import serve_stored, store
 from semframe.cache.keys import request_key
 from semframe.cache.store import FILENAME, ResultCache
 from semframe.cli import main
+from semframe.core.parse import TEXT
+from semframe.core.wire import Outcome
 from semframe.errors import RunAborted
 from semframe.runtime.stats import RunStats
 from semframe.testing.emulator import Fault, Latency, ProviderEmulator
@@ -565,6 +567,29 @@ def test_a_lookup_finds_exactly_the_stored_keys_asked_for(
     assert {key: row[0] for key, row in found.items()} == {
         digest(str(i)): f"a{i}" for i in asked if i in stored
     }
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    stored=st.sets(st.integers(0, 20), max_size=15),
+    asked=st.lists(st.one_of(st.none(), st.integers(0, 25)), max_size=30),
+)
+def test_stored_answers_are_served_to_every_row_that_asks_for_them(
+    tmp_path_factory: pytest.TempPathFactory, stored: set[int], asked: list[int | None]
+) -> None:
+    """Repeated keys each get the answer, rows without a key none; an empty cache serves none."""
+    fake = FakeBackend()
+    with ResultCache(tmp_path_factory.mktemp("c") / FILENAME) as cache:
+        for i in stored:
+            cache.put(digest(str(i)), fake, Completion(0, f" a{i} ", Usage(i, 0, 0, 1)))
+        cache.flush()
+        outcomes: list[Outcome | None] = [None] * len(asked)
+        keys = [None if i is None else digest(str(i)) for i in asked]
+        served = serve_stored(cache, keys, TEXT.parse, outcomes)
+    want = [f"a{i}" if i is not None and i in stored else None for i in asked]
+    assert [None if o is None else o.value for o in outcomes] == want
+    assert served.rows == sum(w is not None for w in want)
+    assert served.usage.prompt_tokens == sum(i for i in asked if i is not None and i in stored)
 
 
 @pytest.mark.parametrize("scan_factor", [0, 10**9])  # look each key up / scan

@@ -828,8 +828,8 @@ class ResultCache:
         sqlite3.Error
             When the file cannot be read (nor replaced).
         """
-        if not keys:
-            return {}
+        if not keys or self._read(_top_rowid) is None:
+            return {}  # nothing asked, or nothing stored (a first run): no key is converted
         try:
             wanted = dict(zip(map(bytes.fromhex, keys), keys, strict=True))
             if any(len(d) != _KEY_BYTES for d in wanted):
@@ -1420,6 +1420,12 @@ def _key_bytes(key: str) -> bytes:
     return digest
 
 
+def _top_rowid(db: sqlite3.Connection) -> int | None:
+    """The largest rowid of the results table; ``None`` while it holds no answer."""
+    top: int | None = db.execute("SELECT max(rowid) FROM results").fetchone()[0]
+    return top
+
+
 def _stored(db: sqlite3.Connection, digests: Sequence[bytes]) -> list[tuple[Any, ...] | None]:
     """The stored entry of each of ``digests`` (32-byte keys), ``None`` where there is none.
 
@@ -1431,12 +1437,12 @@ def _stored(db: sqlite3.Connection, digests: Sequence[bytes]) -> list[tuple[Any,
     rowid order, the order they are stored in (read in key order, they would
     be read from pages all over the table).
     """
+    # At least as many as the answers stored (rowids are not reused, but skipped).
+    top = _top_rowid(db)
+    if top is None or not digests:
+        return [None] * len(digests)  # nothing stored (a first run), or nothing asked
     unique = list(dict.fromkeys(digests))
     found: list[tuple[Any, ...] | None] = [None] * len(unique)
-    # At least as many as the answers stored (rowids are not reused, but skipped).
-    (top,) = db.execute("SELECT max(rowid) FROM results").fetchone()
-    if top is None or not unique:
-        return [None] * len(digests)  # nothing stored (a first run), or nothing asked
     if top <= SCAN_FACTOR * len(unique):
         matcher = _Matcher.of(unique)
         cursor = db.execute(f"SELECT {_ENTRY}, key FROM results")
