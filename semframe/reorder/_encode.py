@@ -87,6 +87,10 @@ class Encoded:
         """How many rows hold each distinct value of column ``j``."""
         return self.value_counts[j]
 
+    def segment_units(self, j: int) -> IntArray:
+        """Length of each distinct value's segment ``f"{column}: {value}\\n"`` in column ``j``."""
+        return self.lengths[j].astype(np.int64) + self.labels[j]
+
 
 def _sorted_codes(coded: Coded) -> tuple[tuple[str, ...], Codes]:
     """A column's distinct values sorted, and each row's code into them.

@@ -1160,16 +1160,13 @@ def _sorted_served(enc: Encoded, rows: IntArray, order: Sequence[int]) -> int:
         same &= codes[1:] == codes[:-1]
         if not same.any():
             break
-        units = enc.lengths[c].astype(np.int64) + enc.labels[c]
-        total += int(units[codes[1:][same]].sum())
+        total += int(enc.segment_units(c)[codes[1:][same]].sum())
     return total
 
 
 def _encoded_units(enc: Encoded) -> IntArray:
     """Each segment's units by global code (its value's and its label's lengths)."""
-    return np.concatenate(
-        [lengths + label for lengths, label in zip(enc.lengths, enc.labels, strict=True)]
-    ).astype(np.int64)
+    return np.concatenate([enc.segment_units(j) for j in range(enc.n_columns)])
 
 
 def objective_units(enc: Encoded, objective: Objective) -> IntArray:

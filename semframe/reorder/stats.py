@@ -129,10 +129,7 @@ def fixed_order(enc: Encoded, fds: Sequence[tuple[int, int]] = ()) -> tuple[int,
     (['a', 'b'], ['b', 'a'])
     """
     n = enc.n_rows
-    units = [
-        lengths.astype(np.int64) + label
-        for lengths, label in zip(enc.lengths, enc.labels, strict=True)
-    ]
+    units = [enc.segment_units(j) for j in range(enc.n_columns)]
     # Columns that determine each other (an id and a name) go together: the first one
     # stands for them, serving their segments together, and the others follow it.
     given = set(fds)
