@@ -65,7 +65,9 @@ def test_a_tiny_random_encoder_runs_without_the_model() -> None:
     )
     v = enc.encode(["a b", "bc", "", "a b"])
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
-    np.testing.assert_array_equal(v[0], v[3])
+    # The same text, in another row of the batch: equal up to float32 rounding (BLAS may
+    # compute the batch's rows in blocks of different kernels, a last bit apart).
+    np.testing.assert_allclose(v[0], v[3], rtol=0, atol=1e-6)
 
 
 TORCH = importlib.util.find_spec("torch") is not None
@@ -267,7 +269,11 @@ def test_blocks_give_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     np.testing.assert_array_equal(vectors.exact_top_k(rows[:50], rows, 7)[0], whole[0])
     pairs = pairs_above(rows, 0.8)
     monkeypatch.setattr(vectors, "QUERY_BLOCK", 512)
-    assert vectors.pairs_above(rows, 0.8) == pairs
+    again = vectors.pairs_above(rows, 0.8)
+    # The same pairs; their scores up to float32 rounding (BLAS sums a block of another
+    # shape in another order, a last bit apart).
+    assert [(i, j) for i, j, _ in again] == [(i, j) for i, j, _ in pairs]
+    np.testing.assert_allclose([p[2] for p in again], [p[2] for p in pairs], rtol=0, atol=1e-6)
 
 
 def test_tfidf_is_sparse_and_searches_like_dense() -> None:
@@ -277,9 +283,17 @@ def test_tfidf_is_sparse_and_searches_like_dense() -> None:
     assert rows.nbytes < rows.n_rows * 4096 * 4 / 20  # no dense 4,096-wide rows
     dense = rows.dense(0, rows.n_rows)
     np.testing.assert_allclose(np.linalg.norm(dense, axis=1), 1.0, atol=1e-5)
-    sparse_ids, _ = exact_top_k(rows, rows, 5)
-    dense_ids, _ = exact_top_k(dense, dense, 5)
-    np.testing.assert_array_equal(sparse_ids, dense_ids)
+    sparse_ids, sparse_scores = exact_top_k(rows, rows, 5)
+    dense_ids, dense_scores = exact_top_k(dense, dense, 5)
+    # Many of these rows tie (the same words, another number): which of two tied rows
+    # comes first is float32 rounding's choice. Each id found is a true neighbour at
+    # its rank: its similarity is that rank's score.
+    np.testing.assert_allclose(sparse_scores, dense_scores, rtol=0, atol=1e-6)
+    similarity = dense @ dense.T
+    found = np.take_along_axis(similarity, sparse_ids, axis=1)
+    np.testing.assert_allclose(found, dense_scores, rtol=0, atol=1e-6)
+    assert all(len(set(ids)) == 5 for ids in sparse_ids.tolist())
+    assert (sparse_ids == dense_ids).mean() > 0.9  # ties aside, the same rows
     assert rows.take([3, 1]).dense(0, 2).tolist() == dense[[3, 1]].tolist()
 
 
