@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import multiprocessing
 import pickle
 import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pandas as pd
@@ -598,7 +600,7 @@ def test_stored_answers_are_served_to_every_row_that_asks_for_them(
     stored=st.sets(st.integers(0, 30), max_size=25),
     rows=st.lists(st.integers(0, 40), max_size=40),  # a prompt may repeat across rows
 )
-def test_a_call_gets_each_rows_answer_in_its_own_row_order(
+def test_a_call_gets_each_rows_stored_answer_once_in_chunks(
     tmp_path_factory: pytest.TempPathFactory, scan_factor: int, stored: set[int], rows: list[int]
 ) -> None:
     fake = FakeBackend()
@@ -610,15 +612,21 @@ def test_a_call_gets_each_rows_answer_in_its_own_row_order(
             cache.put(digest(str(i)), fake, Completion(0, f"a{i}", Usage(i, 0, 0, 1)))
         cache.put_call("call", [digest(str(i)) for i in rows], {"batch": False})
         cache.flush()
-        got = cache.call_answers("call")
-        assert cache.call_answers("another call") is None
-    assert got is not None
-    answers, digests, info = got
-    assert [None if a is None else (a[0], a[2]) for a in answers] == [
-        (f"a{i}", i) if i in stored else None for i in rows
-    ]
-    assert [d.hex() for d in digests] == [digest(str(i)) for i in rows]
-    assert all(a is None or a[-1] == d for a, d in zip(answers, digests, strict=True))
+        assert cache.call_entry("another call") is None
+        entry = cache.call_entry("call")
+        assert entry is not None
+        digests, info = entry
+        chunks: list[list[tuple[int, tuple[Any, ...]]]] = []
+        assert cache.read_answers(digests, lambda pairs: chunks.append(list(pairs)))
+    assert digests == b"".join(bytes.fromhex(digest(str(i))) for i in rows)
+    given = [pair for chunk in chunks for pair in chunk]
+    positions = [i for i, _ in given]
+    assert sorted(positions) == [i for i, r in enumerate(rows) if r in stored]  # each row once
+    answers = dict(given)
+    assert {i: (a[0], a[2]) for i, a in answers.items()} == {
+        i: (f"a{r}", r) for i, r in enumerate(rows) if r in stored
+    }
+    assert all(a[-1] == digests[32 * i : 32 * (i + 1)] for i, a in answers.items())
     assert info == {"batch": False}
 
 
@@ -626,11 +634,27 @@ def test_keys_sharing_their_first_eight_bytes_are_still_told_apart() -> None:
     """The numpy match finds keys by their first word; where two asked share one, a dict does."""
     a, b, c = (bytes(8) + bytes([i]) * 24 for i in (1, 2, 3))
     rows = [("answer b", b), ("answer c", c), ("answer a", a)]
-    for asked in ([a, b], [b, a, c], [c]):
-        found = dict(store._Matcher.of(asked).matches(rows))
-        assert {asked[i]: row[0] for i, row in found.items()} == {
-            k: f"answer {name}" for k, name in ((a, "a"), (b, "b"), (c, "c")) if k in asked
-        }
+    names = {a: "a", b: "b", c: "c"}
+    for asked in ([a, b], [b, a, c], [c], [a, b, a], [b, b, c, b]):  # repeats given at each
+        found = list(store._Matcher.of(asked).matches(rows))
+        assert sorted(i for i, _ in found) == list(range(len(asked)))
+        assert all(row[0] == f"answer {names[asked[i]]}" for i, row in found)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    asked=st.lists(st.integers(0, 12), max_size=40),
+    stored=st.lists(st.integers(0, 15), unique=True, max_size=16),
+)
+def test_a_stored_key_is_given_to_every_position_that_asks_for_it(
+    asked: list[int], stored: list[int]
+) -> None:
+    keys = [hashlib.sha256(str(i).encode()).digest() for i in range(16)]
+    rows = [(f"answer {i}", keys[i]) for i in stored]
+    matcher = store._Matcher.of(b"".join(keys[i] for i in asked))
+    assert matcher.distinct == len(set(asked))
+    found = sorted((i, row[0]) for i, row in matcher.matches(rows))
+    assert found == [(i, f"answer {k}") for i, k in enumerate(asked) if k in stored]
 
 
 def test_a_stored_key_that_is_not_32_bytes_is_never_matched() -> None:
@@ -708,4 +732,4 @@ def test_a_call_entry_that_is_not_whole_keys_is_not_served(tmp_path: Path) -> No
         db.execute("UPDATE calls SET keys = ? WHERE key = 'call'", (bytes(31),))
     db.close()
     with ResultCache(path) as cache:
-        assert cache.call_answers("call") is None
+        assert cache.call_entry("call") is None

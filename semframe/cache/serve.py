@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
 from semframe.cache.store import TOUCH_SECONDS, ResultCache, load_tokens
@@ -10,7 +10,7 @@ from semframe.core.parse import ParseError, accept
 from semframe.core.plan import without_gc
 from semframe.core.wire import Outcome, Usage
 
-__all__ = ["Served", "serve_answers", "serve_stored"]
+__all__ = ["Served", "Serving", "serve_stored"]
 
 
 class Served(NamedTuple):
@@ -21,6 +21,7 @@ class Served(NamedTuple):
     stale: list[str]
 
 
+@without_gc()  # the entries read and an outcome per answer: nothing here forms a cycle
 def serve_stored(
     cache: ResultCache,
     keys: Sequence[str | None],
@@ -43,43 +44,77 @@ def serve_stored(
     found = cache.rows([k for k in keys if k is not None])  # it reads each key once
     if not found:
         return Served(0, Usage(), [])
-    answers = list(map(found.get, keys))  # type: ignore[arg-type]  # None is never found
-    rows, usage, stale = serve_answers(answers, parse, outcomes, cache.clock() - TOUCH_SECONDS)
-    return Served(rows, usage, [cast("str", keys[i]) for i in stale])
+    serving = Serving(parse, outcomes, cache.clock() - TOUCH_SECONDS)
+    get = found.get
+    serving.take((i, row) for i, key in enumerate(keys) if key is not None and (row := get(key)))
+    return Served(serving.rows, serving.usage, [cast("str", keys[i]) for i in serving.stale])
 
 
-@without_gc()  # an outcome per answer: nothing here forms a cycle
-def serve_answers(
-    answers: Sequence[tuple[Any, ...] | None],
-    parse: Callable[[str], Any],
-    outcomes: list[Outcome | None],
-    stale_before: float,
-) -> tuple[int, Usage, list[int]]:
-    """Set ``outcomes[i]`` from ``answers[i]`` (an entry as :meth:`ResultCache.rows` gives it).
+class Serving:
+    """Outcomes set from stored entries, a chunk of ``(position, entry)`` pairs at a time.
 
-    What :func:`serve_stored` does once the entries are read. Returns how
-    many were served, their stored usage, and the positions of those last
-    used before ``stale_before``.
+    What :func:`serve_stored` and a re-run (:meth:`ResultCache.read_answers`)
+    do with the entries they read: each entry (as :meth:`ResultCache.rows`
+    gives it) whose answer is accepted (:func:`~semframe.core.parse.accept`)
+    sets ``outcomes[position]``; it counts the rows served, sums their stored
+    usage and lists the positions of those last used before ``stale_before``.
+
+    Examples
+    --------
+    >>> from semframe.core.parse import TEXT
+    >>> outcomes = [None, None, None]
+    >>> serving = Serving(TEXT.parse, outcomes, stale_before=100.0)
+    >>> serving.take([(2, ("late", None, 9, 4, 0, 2, "stop", 50.0, b"k")),
+    ...               (0, (" ", None, 9, 0, 0, 1, "stop", 150.0, b"j"))])  # empty: not served
+    >>> [None if o is None else o.value for o in outcomes], serving.rows, serving.stale
+    ([None, None, 'late'], 1, [2])
+    >>> serving.usage
+    Usage(prompt_tokens=9, cached_tokens=4, cache_write_tokens=0, output_tokens=2)
     """
-    served = 0
-    stale: list[int] = []
-    p = c = w = o = 0
-    new, check = tuple.__new__, accept  # an Outcome without its Python-level __new__ frame
-    for i, row in enumerate(answers):
-        if row is None:
-            continue
-        text, tokens, prompt, cached, written, output, _, used, _ = row
-        try:
-            value = check(parse, text, None)[0]
-        except ParseError:
-            continue
-        logprobs = None if tokens is None else load_tokens(tokens)
-        outcomes[i] = new(Outcome, (value, text, None, None, 0, logprobs))
-        served += 1
-        if used < stale_before:
-            stale.append(i)
-        p += prompt
-        c += cached
-        w += written
-        o += output
-    return served, Usage(p, c, w, o), stale
+
+    __slots__ = ("_usage", "outcomes", "parse", "rows", "stale", "stale_before")
+
+    def __init__(
+        self, parse: Callable[[str], Any], outcomes: list[Outcome | None], stale_before: float
+    ) -> None:
+        self.parse = parse
+        self.outcomes = outcomes
+        self.stale_before = stale_before
+        self.rows = 0
+        self.stale: list[int] = []
+        self._usage = [0, 0, 0, 0]
+
+    @property
+    def usage(self) -> Usage:
+        """The stored usage of the rows served."""
+        return Usage(*self._usage)
+
+    @without_gc()  # an outcome per answer: nothing here forms a cycle
+    def take(self, pairs: Iterable[tuple[int, tuple[Any, ...]]]) -> None:
+        """Serve the entries of ``pairs`` (``(position, entry)``) that are accepted."""
+        served = 0
+        stale = self.stale
+        outcomes, parse, stale_before = self.outcomes, self.parse, self.stale_before
+        p = c = w = o = 0
+        new, check = tuple.__new__, accept  # an Outcome without its Python-level __new__ frame
+        for i, row in pairs:
+            text, tokens, prompt, cached, written, output, _, used, _ = row
+            try:
+                value = check(parse, text, None)[0]
+            except ParseError:
+                continue
+            logprobs = None if tokens is None else load_tokens(tokens)
+            outcomes[i] = new(Outcome, (value, text, None, None, 0, logprobs))
+            served += 1
+            if used < stale_before:
+                stale.append(i)
+            p += prompt
+            c += cached
+            w += written
+            o += output
+        self.rows += served
+        total = self._usage
+        total[0] += p
+        total[1] += c
+        total[2] += w
+        total[3] += o

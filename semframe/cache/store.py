@@ -88,7 +88,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -107,6 +107,7 @@ __all__ = [
     "BUSY_SECONDS",
     "COMMIT_INTERVAL",
     "FILENAME",
+    "KEY_BYTES",
     "LOCK_WAIT_SECONDS",
     "MAX_PENDING",
     "RETRY_SECONDS",
@@ -155,7 +156,8 @@ TOUCH_SECONDS = 3600.0
 
 _SCHEMA_VERSION = 3  # PRAGMA user_version; see _create_schema for the older ones
 _TEXT_KEYS_VERSION = 2  # keys as hex text in a WITHOUT ROWID table: moved on open
-_KEY_BYTES = 32  # a request key: a SHA-256 digest
+KEY_BYTES = 32
+"""Bytes of a request key (a SHA-256 digest), as stored."""
 _ROW_OVERHEAD = 128  # bytes counted per row besides its text (key, numbers, index entries)
 _CHORE_WAIT = 0.1  # seconds bookkeeping alone (last-used times, hit counts) waits at close
 _CLEAR_WAIT = 10.0  # seconds `clear` waits for the write lock
@@ -168,6 +170,9 @@ _log = logging.getLogger("semframe.cache.store")
 _warned_read_only: set[Path] = set()  # folders already reported read-only (once a process)
 
 _T = TypeVar("_T")
+
+Pair = tuple[int, tuple[Any, ...]]
+"""A stored entry and a position among the keys asked that it answers."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -537,8 +542,10 @@ class ResultCache:
             # same moment (SQLite may answer "locked" there without calling its busy
             # handler, so the wait is a loop).
             _switch_to_wal(db)
+            # The reader keeps SQLite's default page cache (2 MB): it reads the table in
+            # order or looks keys up in key order, each page once; 64 MB there was held
+            # by a 1,000,000-row re-run (37 MB of its peak) for no speed.
             reader = _connect(self.path, BUSY_SECONDS)
-            reader.execute("PRAGMA cache_size = -65536")
             self._db, self._reader = db, reader
             if not _schema_ok(reader):
                 self._create_schema()
@@ -832,7 +839,7 @@ class ResultCache:
             return {}  # nothing asked, or nothing stored (a first run): no key is converted
         try:
             wanted = dict(zip(map(bytes.fromhex, keys), keys, strict=True))
-            if any(len(d) != _KEY_BYTES for d in wanted):
+            if any(len(d) != KEY_BYTES for d in wanted):
                 raise ValueError
         except (TypeError, ValueError):  # a key that is not a digest in hex is never found
             wanted = {d: key for key in keys if (d := _unhex(key)) is not None}
@@ -840,18 +847,13 @@ class ResultCache:
         found = self._read(lambda db: _stored(db, digests)) or []
         return {wanted[d]: row for d, row in zip(digests, found, strict=False) if row is not None}
 
-    def call_answers(
-        self, key: str
-    ) -> tuple[list[tuple[Any, ...] | None], list[bytes], dict[str, Any]] | None:
-        """A call's stored answers, one per row of the call, in the caller's row order.
+    def call_entry(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
+        """A call's entry: its rows' request keys (32 bytes each, joined) and its info.
 
-        ``None`` when the call is not indexed (see :func:`call_key`). Otherwise
-        ``(answers, digests, info)``: ``answers[i]`` is row ``i``'s entry as
-        :meth:`rows` gives it (``None`` when its answer is not stored),
-        ``digests[i]`` its request key as the 32 bytes of the digest, and
-        ``info`` what was recorded with the call. A re-run reads this rather
-        than :meth:`get_call` and :meth:`rows`: no key is turned into hex text
-        and back.
+        ``None`` when the call is not indexed (see :func:`call_key`), or its
+        entry is not whole keys (never served). A re-run reads this and then
+        :meth:`read_answers`, rather than :meth:`get_call` and :meth:`rows`: no
+        key is turned into hex text and back.
 
         Raises
         ------
@@ -859,14 +861,42 @@ class ResultCache:
             When the file cannot be read (nor replaced).
         """
         row = self._call_row(key)
-        if row is None or len(row[0]) % _KEY_BYTES:
-            return None  # not indexed, or an entry that is not whole keys (never served)
-        blob = bytes(row[0])
-        digests = [blob[i : i + _KEY_BYTES] for i in range(0, len(blob), _KEY_BYTES)]
-        found = self._read(lambda db: _stored(db, digests))
-        if found is None:
-            found = [None] * len(digests)
-        return found, digests, json.loads(row[1])
+        if row is None or len(row[0]) % KEY_BYTES:
+            return None
+        return bytes(row[0]), json.loads(row[1])
+
+    def read_answers(self, digests: bytes, take: Callable[[Iterable[Pair]], None]) -> bool:
+        """Give ``take`` the stored entries of ``digests``, a chunk at a time; whether all came.
+
+        ``digests`` are 32-byte keys, joined (a call entry's, from
+        :meth:`call_entry`). Each chunk is ``(position, entry)`` pairs: the
+        entry (as :meth:`rows` gives it) stored for the key at that position
+        of ``digests``; keys not stored are not given. Only a chunk's entries
+        are held at a time (a re-run of a million rows held every entry
+        before: 280 MB).
+
+        ``False`` when the reading did not finish in one pass: the cache was
+        closed, or found damaged and replaced midway. Chunks given before
+        that are not given again; the caller should drop what it took.
+
+        Raises
+        ------
+        sqlite3.Error
+            When the file cannot be read (nor replaced).
+        """
+        matcher = _Matcher.of(digests)
+        passes = 0
+
+        def read(db: sqlite3.Connection) -> bool:
+            nonlocal passes
+            passes += 1
+            if passes > 1:  # read again after a damaged file was replaced
+                return False
+            for pairs in _each_stored(db, matcher):
+                take(pairs)
+            return True
+
+        return self._read(read) is True
 
     def get_call(self, key: str) -> tuple[list[str], dict[str, Any]] | None:
         """A call's entry (see :func:`call_key`); ``None`` when absent.
@@ -1414,7 +1444,7 @@ def _key_bytes(key: str) -> bytes:
         digest = bytes.fromhex(key)
     except (TypeError, ValueError):
         digest = b""
-    if len(digest) != _KEY_BYTES:
+    if len(digest) != KEY_BYTES:
         msg = f"a result cache key is a SHA-256 digest in 64 hex digits, not {key!r}"
         raise ValueError(msg)
     return digest
@@ -1429,91 +1459,138 @@ def _top_rowid(db: sqlite3.Connection) -> int | None:
 def _stored(db: sqlite3.Connection, digests: Sequence[bytes]) -> list[tuple[Any, ...] | None]:
     """The stored entry of each of ``digests`` (32-byte keys), ``None`` where there is none.
 
-    Entries are as :meth:`ResultCache.rows` gives them. A cache holding at
-    most :data:`SCAN_FACTOR` answers per key asked is read whole, in the
-    order its answers are stored (a re-run of the only call cached), a chunk
-    at a time, and matched to the keys asked in numpy; otherwise each key's
-    rowid comes from the key index alone, in key order, then the answers in
-    rowid order, the order they are stored in (read in key order, they would
-    be read from pages all over the table).
+    Entries are as :meth:`ResultCache.rows` gives them (see :func:`_each_stored`).
+    """
+    found: list[tuple[Any, ...] | None] = [None] * len(digests)
+    if not digests:
+        return found
+    for pairs in _each_stored(db, _Matcher.of(digests)):
+        for i, row in pairs:
+            found[i] = row
+    return found
+
+
+def _each_stored(db: sqlite3.Connection, matcher: _Matcher) -> Iterator[Iterable[Pair]]:
+    """The stored entries of the keys ``matcher`` asks for, a chunk at a time.
+
+    Each chunk is ``(position among the keys asked, entry)`` pairs; a key
+    asked at several positions is given at each. A cache holding at most
+    :data:`SCAN_FACTOR` answers per distinct key asked is read whole, in the
+    order its answers are stored (a re-run of the only call cached), and
+    matched to the keys asked in numpy; otherwise each key's rowid comes from
+    the key index alone, in key order, then the answers in rowid order, the
+    order they are stored in (read in key order, they would be read from
+    pages all over the table). Only a chunk's entries are held at a time.
     """
     # At least as many as the answers stored (rowids are not reused, but skipped).
     top = _top_rowid(db)
-    if top is None or not digests:
-        return [None] * len(digests)  # nothing stored (a first run), or nothing asked
-    unique = list(dict.fromkeys(digests))
-    found: list[tuple[Any, ...] | None] = [None] * len(unique)
-    if top <= SCAN_FACTOR * len(unique):
-        matcher = _Matcher.of(unique)
+    distinct = matcher.distinct
+    if top is None or not distinct:
+        return  # nothing stored (a first run), or nothing asked
+    if top <= SCAN_FACTOR * distinct:
         cursor = db.execute(f"SELECT {_ENTRY}, key FROM results")
         while chunk := cursor.fetchmany(_SCAN_ROWS):
-            for i, row in matcher.matches(chunk):
-                found[i] = row
-    else:
-        position = {d: i for i, d in enumerate(unique)}
-        ordered = sorted(unique)
-        at: list[tuple[int, bytes]] = []
-        for lo in range(0, len(ordered), _CHUNK):
-            chunk_keys = ordered[lo : lo + _CHUNK]
-            marks = ",".join("?" * len(chunk_keys))
-            sql = f"SELECT rowid, key FROM results WHERE key IN ({marks})"
-            at.extend(db.execute(sql, chunk_keys))
-        at.sort()
-        for lo in range(0, len(at), _CHUNK):
-            rowids = [rowid for rowid, _ in at[lo : lo + _CHUNK]]
-            marks = ",".join("?" * len(rowids))
-            for row in db.execute(
-                f"SELECT {_ENTRY}, key FROM results WHERE rowid IN ({marks})", rowids
-            ):
-                found[position[row[-1]]] = row
-    if len(unique) == len(digests):
-        return found
-    by_key = dict(zip(unique, found, strict=True))
-    return list(map(by_key.__getitem__, digests))
+            yield matcher.matches(chunk)
+        return
+    ordered = sorted(matcher.keys())
+    at: list[tuple[int, bytes]] = []
+    for lo in range(0, len(ordered), _CHUNK):
+        chunk_keys = ordered[lo : lo + _CHUNK]
+        marks = ",".join("?" * len(chunk_keys))
+        sql = f"SELECT rowid, key FROM results WHERE key IN ({marks})"
+        at.extend(db.execute(sql, chunk_keys))
+    at.sort()
+    rows: list[tuple[Any, ...]] = []
+    for lo in range(0, len(at), _CHUNK):
+        rowids = [rowid for rowid, _ in at[lo : lo + _CHUNK]]
+        marks = ",".join("?" * len(rowids))
+        rows += db.execute(f"SELECT {_ENTRY}, key FROM results WHERE rowid IN ({marks})", rowids)
+        if len(rows) >= _SCAN_ROWS:
+            yield matcher.matches(rows)
+            rows = []
+    if rows:
+        yield matcher.matches(rows)
 
 
 @dataclass(frozen=True, slots=True)
 class _Matcher:
-    """Finds which stored rows hold keys asked for, in numpy (distinct 32-byte keys asked).
+    """Finds which stored rows hold keys asked for, in numpy (32-byte keys, repeats allowed).
 
-    Keys are compared as four big-endian 64-bit words, found by their first
-    word. Where two keys asked share a first word (about one table in 10^8
-    of a million keys), or a stored key is not 32 bytes, rows are matched
-    through a dict instead.
+    The keys asked are grouped by key: a stored row is given to every
+    position asking for its key. Keys are compared as four big-endian 64-bit
+    words, found by their first word. Where two distinct keys asked share a
+    first word (about one table in 10^8 of a million keys), or a stored key
+    is not 32 bytes, rows are matched through a dict instead.
     """
 
-    words: NDArray[np.uint64]  # the keys asked, sorted by their first word, (n, 4)
+    blob: bytes  # the keys asked, joined
+    words: NDArray[np.uint64]  # the distinct keys asked, sorted by their first word, (d, 4)
     first: NDArray[np.uint64]  # their first words, ascending
-    slot: NDArray[np.intp]  # each sorted key's position among the keys asked
-    by_key: dict[bytes, int] | None  # the dict fallback (first words not distinct)
+    start: NDArray[np.intp]  # key j's positions are positions[start[j]:start[j + 1]], (d + 1,)
+    positions: NDArray[np.intp]  # positions among the keys asked, grouped by key
+    by_key: dict[bytes, list[int]] | None  # the dict fallback (first words not distinct)
 
     @classmethod
-    def of(cls, keys: Sequence[bytes]) -> _Matcher:
-        words = np.frombuffer(b"".join(keys), dtype=">u8").reshape(len(keys), 4)
-        slot = np.argsort(words[:, 0], kind="stable")
-        words = words[slot]
-        first = np.ascontiguousarray(words[:, 0])
+    def of(cls, keys: bytes | Sequence[bytes]) -> _Matcher:
+        """The matcher of ``keys``: 32-byte keys, or their concatenation."""
+        blob = keys if isinstance(keys, bytes) else b"".join(keys)
+        n = len(blob) // KEY_BYTES
+        words = np.frombuffer(blob, dtype=">u8").reshape(n, 4)
+        positions = np.argsort(words[:, 0], kind="stable")
+        words = words[positions]
+        head = np.ones(n, dtype=bool)
+        head[1:] = (words[1:] != words[:-1]).any(axis=1)  # a new key (runs of one key)
+        heads = np.flatnonzero(head)
+        first = np.ascontiguousarray(words[heads, 0])
         distinct = first.size < 2 or bool((first[1:] != first[:-1]).all())
-        by_key = None if distinct else {k: i for i, k in enumerate(keys)}
-        return cls(words, first, slot, by_key)
+        by_key: dict[bytes, list[int]] | None = None
+        if not distinct:  # two keys share a first word: their runs may interleave
+            by_key = {}
+            for i in range(n):
+                by_key.setdefault(blob[i * KEY_BYTES : (i + 1) * KEY_BYTES], []).append(i)
+        start = np.append(heads, n).astype(np.intp)
+        return cls(blob, words[heads], first, start, positions.astype(np.intp), by_key)
 
-    def matches(self, rows: list[tuple[Any, ...]]) -> Iterable[tuple[int, tuple[Any, ...]]]:
+    @property
+    def distinct(self) -> int:
+        """How many distinct keys are asked for."""
+        return len(self.by_key) if self.by_key is not None else int(self.first.size)
+
+    def keys(self) -> list[bytes]:
+        """The distinct keys asked for."""
+        if self.by_key is not None:
+            return list(self.by_key)
+        return [w.tobytes() for w in self.words]
+
+    def matches(self, rows: list[tuple[Any, ...]]) -> Iterable[Pair]:
         """``(position among the keys asked, row)`` for the ``rows`` (key last) asked for."""
         keys = [row[-1] for row in rows]
-        joined = b"".join(keys)
-        if self.by_key is not None or len(joined) != _KEY_BYTES * len(rows):
-            by_key = self.by_key or {
-                k: int(i) for k, i in zip(self._keys(), self.slot.tolist(), strict=True)
-            }
-            return [(i, row) for row in rows if (i := by_key.get(row[-1])) is not None]
+        joined = b"".join(keys) if all(isinstance(k, bytes) for k in keys) else b""
+        if self.by_key is not None or len(joined) != KEY_BYTES * len(rows) or not rows:
+            by_key = self.by_key if self.by_key is not None else self._groups()
+            return [(i, row) for row in rows for i in by_key.get(row[-1], ())]
+        if not self.first.size:
+            return []
         stored = np.frombuffer(joined, dtype=">u8").reshape(len(rows), 4)
         at = np.searchsorted(self.first, stored[:, 0])
         np.minimum(at, self.first.size - 1, out=at)
         hit = np.flatnonzero((self.words[at] == stored).all(axis=1))
-        return zip(self.slot[at[hit]].tolist(), map(rows.__getitem__, hit.tolist()), strict=True)
+        key = at[hit]
+        lo = self.start[key]
+        counts = self.start[key + 1] - lo
+        if counts.size and int(counts.max()) > 1:  # keys asked at several positions
+            ends = np.cumsum(counts)
+            offsets = np.arange(int(ends[-1])) - np.repeat(ends - counts, counts)
+            lo = np.repeat(lo, counts) + offsets
+            hit = np.repeat(hit, counts)
+        given = self.positions[lo].tolist()
+        return zip(given, map(rows.__getitem__, hit.tolist()), strict=True)
 
-    def _keys(self) -> list[bytes]:
-        return [w.tobytes() for w in self.words]
+    def _groups(self) -> dict[bytes, list[int]]:
+        groups: dict[bytes, list[int]] = {}
+        for i in range(len(self.blob) // KEY_BYTES):
+            groups.setdefault(self.blob[i * KEY_BYTES : (i + 1) * KEY_BYTES], []).append(i)
+        return groups
 
 
 def _unhex(text: Any) -> bytes | None:

@@ -26,11 +26,11 @@ import numpy as np
 from semframe import reorder
 from semframe.backends import Backend, cost_model, get_backend
 from semframe.cache.keys import cacheable, call_key, plan_keys, request_keys
-from semframe.cache.serve import serve_answers, serve_stored
-from semframe.cache.store import TOUCH_SECONDS, ResultCache, open_cache
+from semframe.cache.serve import Serving, serve_stored
+from semframe.cache.store import KEY_BYTES, TOUCH_SECONDS, ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.capacity import Capacity
-from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan
+from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan, without_gc
 from semframe.core.requests import bytes_of, rows_of, subset, with_options
 from semframe.core.wire import Outcome, Usage
 from semframe.cost.models import CostModel, warm_start
@@ -385,20 +385,23 @@ def replay(
     rq = source.relquery
     n = rq.table.n_rows
     outcomes: list[Outcome | None] = [None] * n
+    serving = Serving(rq.output.parse, outcomes, cache.clock() - TOUCH_SECONDS)
     try:
-        entry = cache.call_answers(key)
-        if entry is None or len(entry[0]) != n or None in entry[0]:
+        entry = cache.call_entry(key)
+        if entry is None or len(entry[0]) != n * KEY_BYTES:
             return None
-        answers, digests, info = entry
-        rows, usage, stale = serve_answers(
-            answers, rq.output.parse, outcomes, cache.clock() - TOUCH_SECONDS
-        )
+        digests, info = entry
+        with without_gc():  # an outcome per row, and the entries read: no cycle among them
+            if not cache.read_answers(digests, serving.take):
+                return None
     except sqlite3.Error:
         return None
-    if rows != n:
-        return None
+    if serving.rows != n:
+        return None  # a row's answer is not stored, or no longer parses
+    usage = serving.usage
     with contextlib.suppress(sqlite3.Error):
-        cache.touch(dict.fromkeys(digests[i].hex() for i in stale))
+        at = (slice(i * KEY_BYTES, (i + 1) * KEY_BYTES) for i in serving.stale)
+        cache.touch(dict.fromkeys(digests[i].hex() for i in at))
         cache.touch_call(key)
         cache.count_hits(backend.name, backend.model, n)
     batch = bool(info.get("batch", False))
