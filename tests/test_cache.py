@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -22,7 +23,7 @@ import semframe
 from semframe.backends.base import Completion, Request, Usage
 from semframe.backends.fake import FakeBackend, default_answer
 from semframe.cache import serve_stored, store
-from semframe.cache.keys import request_key
+from semframe.cache.keys import Keys, request_key
 from semframe.cache.store import FILENAME, ResultCache
 from semframe.cli import main
 from semframe.core.parse import TEXT
@@ -733,3 +734,22 @@ def test_a_call_entry_that_is_not_whole_keys_is_not_served(tmp_path: Path) -> No
     db.close()
     with ResultCache(path) as cache:
         assert cache.call_entry("call") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.integers(0, 9)), max_size=30),
+    data=st.data(),
+)
+def test_keys_hold_every_key_in_its_place(keys: list[int | None], data: st.DataObject) -> None:
+    """Keys as one buffer read as the hex list they came from; take and present keep places."""
+    hexes = [None if k is None else digest(str(k)) for k in keys]
+    held = Keys.of(hexes)
+    assert list(held) == hexes and held == hexes and len(held) == len(hexes)
+    assert all(held.digest(i) == (h and bytes.fromhex(h)) for i, h in enumerate(hexes))
+    assert held.complete == (None not in hexes)
+    joined, at = held.present()
+    assert at.tolist() == [i for i, h in enumerate(hexes) if h is not None]
+    assert joined == b"".join(bytes.fromhex(h) for h in hexes if h is not None)
+    order = data.draw(st.permutations(range(len(hexes))))
+    assert list(held.take(np.array(order, dtype=np.intp))) == [hexes[i] for i in order]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
+from semframe.cache.keys import Keys
 from semframe.cache.store import TOUCH_SECONDS, ResultCache, load_tokens
 from semframe.core.parse import ParseError, accept
 from semframe.core.plan import without_gc
@@ -41,12 +42,12 @@ def serve_stored(
     sqlite3.Error
         When the cache cannot be read.
     """
-    found = cache.rows([k for k in keys if k is not None])  # it reads each key once
-    if not found:
-        return Served(0, Usage(), [])
+    keys = Keys.of(keys)
+    digests, at = keys.present()
     serving = Serving(parse, outcomes, cache.clock() - TOUCH_SECONDS)
-    get = found.get
-    serving.take((i, row) for i, key in enumerate(keys) if key is not None and (row := get(key)))
+    if digests:
+        position = at.tolist()  # among the keys present -> in ``keys``
+        cache.read_answers(digests, lambda pairs: serving.take((position[i], e) for i, e in pairs))
     return Served(serving.rows, serving.usage, [cast("str", keys[i]) for i in serving.stale])
 
 

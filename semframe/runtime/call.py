@@ -19,15 +19,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import filterfalse
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from semframe import reorder
 from semframe.backends import Backend, cost_model, get_backend
-from semframe.cache.keys import cacheable, call_key, plan_keys, request_keys
+from semframe.cache.keys import KEY_BYTES, cacheable, call_key, plan_keys, request_keys
 from semframe.cache.serve import Serving, serve_stored
-from semframe.cache.store import KEY_BYTES, TOUCH_SECONDS, ResultCache, open_cache
+from semframe.cache.store import TOUCH_SECONDS, ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan, without_gc
@@ -358,7 +358,7 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
             )
         if cache is not None and keys is not None and key is not None:
             # A call with a fingerprint is deterministic: every request has a key.
-            by_row = cast("list[str]", plan.ordering.restore(keys))
+            by_row = keys.take(plan.ordering.inverse())
             info = {"expected_hit_rate": stats.expected_hit_rate, "batch": stats.batch}
             cache.put_call(key, by_row, info)
     finally:

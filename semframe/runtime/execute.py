@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from semframe.backends import aio
 from semframe.backends.base import AsyncBackend, Backend
-from semframe.cache.keys import plan_keys
+from semframe.cache.keys import Keys, plan_keys
 from semframe.cache.serve import Served, serve_stored
 from semframe.core.parse import ParseError, accept
 from semframe.core.plan import Plan, PrefixGroup
@@ -852,8 +852,7 @@ def serve_from_cache(
     requests' cache keys when the caller has them (``None`` for a request that
     is not cacheable); they are computed otherwise.
     """
-    if keys is None:
-        keys = plan_keys(plan, backend)
+    keys = plan_keys(plan, backend) if keys is None else Keys.of(keys)
     try:
         served = serve_stored(cache, keys, plan.relquery.output.parse, outcomes)
     except sqlite3.Error:  # an unreadable cache never stops a run
@@ -865,10 +864,10 @@ def serve_from_cache(
             if served.stale:
                 cache.touch(dict.fromkeys(served.stale))
             cache.count_hits(backend.name, backend.model, served.rows)
-    known = keys
+    digest = keys.digest
 
     def keep(request_id: int, completion: Completion) -> None:
-        key = known[request_id]
+        key = digest(request_id)
         if key is not None:
             cache.put(key, backend, completion)
 
