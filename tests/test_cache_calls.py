@@ -256,3 +256,43 @@ def test_a_large_estimate_probes_the_cache_before_looking_every_key_up(
     second = df.llm.estimate("Echo {review}", **kwargs)
     assert looked == [200]  # the draw found stored answers: every key looked up
     assert second.requests == 50
+
+
+def _last_used() -> list[float]:
+    with sqlite3.connect(_cache_file()) as db:
+        used = [row[0] for row in db.execute("SELECT last_used FROM results ORDER BY rowid")]
+    db.close()
+    return used
+
+
+def _age_answers() -> None:
+    """Mark every stored answer as last used long ago (past the touch threshold)."""
+    with sqlite3.connect(_cache_file()) as db:
+        db.execute("UPDATE results SET last_used = 0")
+    db.close()
+
+
+def test_a_rerun_marks_answers_unused_for_long_as_used(
+    fake: FakeBackend, builds: list[int]
+) -> None:
+    """Served answers last used over an hour ago are touched, so that LRU eviction keeps them."""
+    df = _frame()
+    df.llm.map(TEMPLATE)
+    _age_answers()
+    df.llm.map(TEMPLATE)  # replayed whole
+    assert (builds[0], _stats().cache_hits) == (1, 30)
+    assert min(_last_used()) > 0
+
+
+def test_a_partly_cached_call_marks_the_answers_it_serves_as_used(
+    fake: FakeBackend, builds: list[int]
+) -> None:
+    df = _frame()
+    df.llm.map(TEMPLATE)
+    _age_answers()
+    changed = df.copy()
+    changed.iloc[3, 1] = "a review never seen"
+    changed.llm.map(TEMPLATE)  # planned again: 29 rows served, one sent
+    assert (builds[0], _stats().cache_hits, _stats().requests) == (2, 29, 1)
+    used = _last_used()
+    assert len(used) == 31 and sum(u == 0 for u in used) == 1  # the changed row's old answer

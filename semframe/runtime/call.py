@@ -400,8 +400,8 @@ def replay(
         return None  # a row's answer is not stored, or no longer parses
     usage = serving.usage
     with contextlib.suppress(sqlite3.Error):
-        at = (slice(i * KEY_BYTES, (i + 1) * KEY_BYTES) for i in serving.stale)
-        cache.touch(dict.fromkeys(digests[i].hex() for i in at))
+        stale = (digests[i * KEY_BYTES : (i + 1) * KEY_BYTES] for i in serving.stale)
+        cache.touch(dict.fromkeys(digest.hex() for digest in stale))
         cache.touch_call(key)
         cache.count_hits(backend.name, backend.model, n)
     batch = bool(info.get("batch", False))
