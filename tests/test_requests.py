@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import random
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semframe.backends.fake import FakeBackend
-from semframe.cache.keys import plan_keys, request_keys
+from semframe.cache.keys import plan_keys, request_key, request_keys
 from semframe.core.ordering import Ordering
 from semframe.core.parse import TEXT
 from semframe.core.plan import Plan, RelQuery, make_plan
@@ -25,6 +26,7 @@ from semframe.core.requests import (
 )
 from semframe.core.table import Table
 from semframe.core.template import parse_template
+from semframe.core.wire import Request
 
 FIELDS = ("movie", "review", "genre")
 value = st.sampled_from(["Alien", "Heat", "é", "x" * 40, "", "a\nb", "<missing>", None, "😀"])
@@ -105,3 +107,20 @@ def test_an_index_out_of_range_is_an_index_error() -> None:
     for bad in (1, -2):
         with pytest.raises(IndexError, match="out of range for 1 requests"):
             plan.requests[bad]
+
+
+@settings(max_examples=30, deadline=None)
+@given(temperatures=st.lists(st.sampled_from([0.0, 0.7]), max_size=12))
+def test_keys_of_requests_made_one_by_one_skip_the_sampled_ones(temperatures: list[float]) -> None:
+    """A plan of listed requests: a key for each deterministic one, in its place; None else."""
+    listed = [
+        Request(i, i, f"prompt {i % 3}", None, 8, t, None, 0) for i, t in enumerate(temperatures)
+    ]
+    _, planned = _plan([("Alien", "tense", "horror")] * len(listed), 0, False)
+    plan = dataclasses.replace(planned, requests=listed)
+    fake = FakeBackend()
+    keys = plan_keys(plan, fake)
+    assert list(keys) == [request_key(fake, r) if r.temperature == 0 else None for r in listed]
+    digests, at = keys.present()
+    assert at.tolist() == [i for i, t in enumerate(temperatures) if t == 0]
+    assert digests == b"".join(bytes.fromhex(request_key(fake, listed[i])) for i in at.tolist())
