@@ -126,14 +126,16 @@ class Keys(Sequence[str | None]):
         if self._present is None:
             return self._digests, np.arange(len(self), dtype=np.intp)
         at = np.flatnonzero(self._present)
-        rows = np.frombuffer(self._digests, dtype=np.uint8).reshape(len(self), KEY_BYTES)
-        return rows[at].tobytes(), at
+        return self._rows()[at].tobytes(), at
 
     def take(self, positions: NDArray[np.integer[Any]]) -> Keys:
         """The keys of the requests at ``positions``, in that order."""
-        rows = np.frombuffer(self._digests, dtype=np.uint8).reshape(len(self), KEY_BYTES)
         present = None if self._present is None else self._present[positions]
-        return Keys(rows[positions].tobytes(), present)
+        return Keys(self._rows()[positions].tobytes(), present)
+
+    def _rows(self) -> NDArray[np.uint8]:
+        """The digests as an array, a row of :data:`KEY_BYTES` bytes a request (no copy)."""
+        return np.frombuffer(self._digests, dtype=np.uint8).reshape(len(self), KEY_BYTES)
 
     def joined(self) -> bytes:
         """Every key, joined (zero bytes where a request has none)."""

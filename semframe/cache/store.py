@@ -1548,11 +1548,7 @@ class _Matcher:
         heads = np.flatnonzero(head)
         first = np.ascontiguousarray(words[heads, 0])
         distinct = first.size < 2 or bool((first[1:] != first[:-1]).all())
-        by_key: dict[bytes, list[int]] | None = None
-        if not distinct:  # two keys share a first word: their runs may interleave
-            by_key = {}
-            for i in range(n):
-                by_key.setdefault(blob[i * KEY_BYTES : (i + 1) * KEY_BYTES], []).append(i)
+        by_key = None if distinct else _positions_by_key(blob)  # runs may interleave
         start = np.append(heads, n).astype(np.intp)
         return cls(blob, words[heads], first, start, positions.astype(np.intp), by_key)
 
@@ -1572,7 +1568,7 @@ class _Matcher:
         keys = [row[-1] for row in rows]
         joined = b"".join(keys) if all(isinstance(k, bytes) for k in keys) else b""
         if self.by_key is not None or len(joined) != KEY_BYTES * len(rows) or not rows:
-            by_key = self.by_key if self.by_key is not None else self._groups()
+            by_key = self.by_key if self.by_key is not None else _positions_by_key(self.blob)
             return [(i, row) for row in rows for i in by_key.get(row[-1], ())]
         if not self.first.size:
             return []
@@ -1591,11 +1587,13 @@ class _Matcher:
         given = self.positions[lo].tolist()
         return zip(given, map(rows.__getitem__, hit.tolist()), strict=True)
 
-    def _groups(self) -> dict[bytes, list[int]]:
-        groups: dict[bytes, list[int]] = {}
-        for i in range(len(self.blob) // KEY_BYTES):
-            groups.setdefault(self.blob[i * KEY_BYTES : (i + 1) * KEY_BYTES], []).append(i)
-        return groups
+
+def _positions_by_key(blob: bytes) -> dict[bytes, list[int]]:
+    """Each distinct 32-byte key of ``blob`` (keys joined) and its positions there."""
+    groups: dict[bytes, list[int]] = {}
+    for i in range(len(blob) // KEY_BYTES):
+        groups.setdefault(blob[i * KEY_BYTES : (i + 1) * KEY_BYTES], []).append(i)
+    return groups
 
 
 def _unhex(text: Any) -> bytes | None:

@@ -19,13 +19,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import filterfalse
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from semframe import reorder
 from semframe.backends import Backend, cost_model, get_backend
-from semframe.cache.keys import KEY_BYTES, cacheable, call_key, plan_keys, request_keys
+from semframe.cache.keys import KEY_BYTES, Keys, cacheable, call_key, plan_keys, request_keys
 from semframe.cache.serve import Serving, serve_stored
 from semframe.cache.store import TOUCH_SECONDS, ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
@@ -390,9 +390,9 @@ def replay(
         entry = cache.call_entry(key)
         if entry is None or len(entry[0]) != n * KEY_BYTES:
             return None
-        digests, info = entry
+        keys, info = Keys(entry[0]), entry[1]
         with without_gc():  # an outcome per row, and the entries read: no cycle among them
-            if not cache.read_answers(digests, serving.take):
+            if not cache.read_answers(keys.joined(), serving.take):
                 return None
     except sqlite3.Error:
         return None
@@ -400,8 +400,7 @@ def replay(
         return None  # a row's answer is not stored, or no longer parses
     usage = serving.usage
     with contextlib.suppress(sqlite3.Error):
-        stale = (digests[i * KEY_BYTES : (i + 1) * KEY_BYTES] for i in serving.stale)
-        cache.touch(dict.fromkeys(digest.hex() for digest in stale))
+        cache.touch(dict.fromkeys(cast("str", keys[i]) for i in serving.stale))
         cache.touch_call(key)
         cache.count_hits(backend.name, backend.model, n)
     batch = bool(info.get("batch", False))
