@@ -628,6 +628,7 @@ def test_a_call_gets_each_rows_stored_answer_once_in_chunks(
         i: (f"a{r}", r) for i, r in enumerate(rows) if r in stored
     }
     assert all(a[-1] == digests[32 * i : 32 * (i + 1)] for i, a in answers.items())
+    assert all(len(a) == 8 for a in answers.values())  # no finish reason: only finished ones
     assert info == {"batch": False}
 
 

@@ -55,18 +55,19 @@ class Serving:
     """Outcomes set from stored entries, a chunk of ``(position, entry)`` pairs at a time.
 
     What :func:`serve_stored` and a re-run (:meth:`ResultCache.read_answers`)
-    do with the entries they read: each entry (as :meth:`ResultCache.rows`
-    gives it) whose answer is accepted (:func:`~semframe.core.parse.accept`)
-    sets ``outcomes[position]``; it counts the rows served, sums their stored
-    usage and lists the positions of those last used before ``stale_before``.
+    do with the entries they read: each entry (as
+    :meth:`ResultCache.read_answers` gives it) whose answer is accepted
+    (:func:`~semframe.core.parse.accept`) sets ``outcomes[position]``; it
+    counts the rows served, sums their stored usage and lists the positions of
+    those last used before ``stale_before``.
 
     Examples
     --------
     >>> from semframe.core.parse import TEXT
     >>> outcomes = [None, None, None]
     >>> serving = Serving(TEXT.parse, outcomes, stale_before=100.0)
-    >>> serving.take([(2, ("late", None, 9, 4, 0, 2, "stop", 50.0, b"k")),
-    ...               (0, (" ", None, 9, 0, 0, 1, "stop", 150.0, b"j"))])  # empty: not served
+    >>> serving.take([(2, ("late", None, 9, 4, 0, 2, 50.0, b"k")),
+    ...               (0, (" ", None, 9, 0, 0, 1, 150.0, b"j"))])  # empty: not served
     >>> [None if o is None else o.value for o in outcomes], serving.rows, serving.stale
     ([None, None, 'late'], 1, [2])
     >>> serving.usage
@@ -99,7 +100,7 @@ class Serving:
         p = c = w = o = 0
         new, check = tuple.__new__, accept  # an Outcome without its Python-level __new__ frame
         for i, row in pairs:
-            text, tokens, prompt, cached, written, output, _, used, _ = row
+            text, tokens, prompt, cached, written, output, used, _ = row
             try:
                 value = check(parse, text, None)[0]
             except ParseError:
