@@ -7,13 +7,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import semframe
 from semframe.backends.base import Completion, Usage
 from semframe.backends.fake import FakeBackend
+from semframe.cache.keys import Keys
 from semframe.cache.store import FILENAME, ResultCache
 from semframe.runtime.call import Recipe
 from tests.conftest import digest
@@ -204,6 +208,38 @@ def test_eviction_takes_call_entries_least_recently_used_first(tmp_path: Path) -
         assert found is not None
         assert found[0] == ["cd" * 32] * 10
         assert cache.info().bytes <= 0.1 * 2**20
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    order=st.lists(st.integers(0, 199), min_size=0, max_size=200, unique=True).map(
+        lambda picked: [*picked, *(i for i in range(200) if i not in set(picked))]
+    ),
+    again=st.integers(0, 300),
+)
+def test_a_call_entry_gathered_in_row_order_is_the_taken_keys(
+    tmp_path_factory: pytest.TempPathFactory, order: list[int], again: int
+) -> None:
+    """Keys written a chunk at a time from plan order read back as the keys taken in row order.
+
+    The entry of a call that already has one (a longer or shorter one) is replaced whole.
+    """
+    keys = Keys.of([digest(str(i)) for i in range(200)])
+    at = np.array(order, dtype=np.int64)
+    stored = []
+    for gathered in (True, False):
+        path = tmp_path_factory.mktemp("c") / FILENAME
+        with ResultCache(path, clock=lambda: 5.0) as cache:
+            cache.put_call("call", [digest("x")] * again, {})
+            if gathered:
+                cache.put_call("call", keys, {"batch": False}, order=at)
+            else:
+                cache.put_call("call", keys.take(at), {"batch": False})
+            assert cache.call_entry("call") == (keys.take(at).joined(), {"batch": False})
+        with sqlite3.connect(path) as db:
+            stored.append(db.execute("SELECT * FROM calls").fetchall())
+            stored.append(db.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchall())
+    assert stored[:2] == stored[2:], "the same entry and size as the keys taken first"
 
 
 def test_rerun_under_budget_sends_nothing(fake: FakeBackend) -> None:

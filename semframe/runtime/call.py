@@ -358,9 +358,8 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
             )
         if cache is not None and keys is not None and key is not None:
             # A call with a fingerprint is deterministic: every request has a key.
-            by_row = keys.take(plan.ordering.inverse())
             info = {"expected_hit_rate": stats.expected_hit_rate, "batch": stats.batch}
-            cache.put_call(key, by_row, info)
+            cache.put_call(key, keys, info, order=plan.ordering.inverse())
     finally:
         if cache is not None:
             cache.close()
