@@ -237,9 +237,10 @@ MAX_PENDING = 200_000
 An instant backend (the fake, a local engine answering from its cache) answers
 faster than SQLite stores; unbounded, the answers waiting grew to gigabytes at
 millions of rows (18.1 GB at the peak of a 10,000,000-row run against 13.0 GB
-without the cache). ``put`` waits only while a commit is under way: never
-once a write has failed (another process's lock, a full disk), where the
-answers wait in memory as before, and never on an event loop's thread.
+without the cache). ``put`` waits until the writer takes them, during a
+commit or between two: never once a write has failed (another process's
+lock, a full disk), where the answers wait in memory as before, and never on
+an event loop's thread.
 """
 
 SCAN_FACTOR = 4
@@ -1085,10 +1086,15 @@ class ResultCache:
             self._wait_for_writer()
 
     def _wait_for_writer(self) -> None:
-        """Wait while :data:`MAX_PENDING` answers are queued behind a commit under way.
+        """Wait while more than :data:`MAX_PENDING` answers are queued for the writer.
 
+        Until the writer takes them (it wakes this thread when it does),
+        between its commits as well as during one: the queue stays bounded
+        however late the machine's scheduler runs the writer again (waiting
+        only during a commit, nothing bounded what was queued between two).
         Never on an event loop's thread, and not once a write has failed (a
-        lock held elsewhere, a full disk): those answers wait in memory.
+        lock held elsewhere, a full disk) or the writer is gone: those
+        answers wait in memory.
         """
         try:
             asyncio.get_running_loop()
@@ -1099,10 +1105,13 @@ class ResultCache:
         with self._cond:
             while (
                 len(self._pending) > MAX_PENDING
-                and self._writing
                 and not self._closed
                 and self._retry_at <= time.monotonic()
+                and (self._writing or (self._writer is not None and self._writer.is_alive()))
             ):
+                if self._idle:  # asleep with nothing pending when it last looked
+                    self._idle = False
+                    self._cond.notify_all()
                 self._cond.wait(BUSY_SECONDS)
 
     @property
@@ -1182,6 +1191,7 @@ class ResultCache:
                 work = self._take()
                 self._writing = True
                 self._last_commit = time.monotonic()
+                self._cond.notify_all()  # a put() waiting for the queue to shrink goes on
             left = work
             try:
                 left, _ = self._write(work, None)
