@@ -171,3 +171,62 @@ def test_arrow_factorization_is_the_cells_own(
     assert list(got_values) == want_values
     assert got_codes.tolist() == want_codes.tolist()
     assert got_codes.dtype == want_codes.dtype
+
+
+def _utf8(table: Table, column: str) -> tuple[list[int], bytes]:
+    lengths, parts = table.utf8(column)
+    return lengths.tolist(), b"".join(parts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.none(), st.text(alphabet="ab\x00\t\né\u2028\U0001f600 ", max_size=6)),
+        min_size=0,
+        max_size=30,
+    ),
+    cut=st.integers(0, 5),
+)
+def test_utf8_is_the_cells_text_whatever_holds_it(values: list[str | None], cut: int) -> None:
+    """Arrow's own buffers (sliced, in chunks) give each cell's UTF-8 as Python strings do.
+
+    Only columns rendered as they are read Arrow's buffers (none missing, nothing
+    fenced); the others, and object columns, encode the rendered cells.
+    """
+    half = len(values) // 2
+    cut = min(cut, len(values) - half)
+    arrow = pd.concat(  # two chunks, the second sliced
+        [
+            pd.DataFrame({"c": pd.array(values[:half], "str")}),
+            pd.DataFrame({"c": pd.array(values[half:], "str")}).iloc[cut:],
+        ],
+        ignore_index=True,
+    )
+    kept = values[:half] + values[half + cut :]
+    frames = [arrow, pd.DataFrame({"c": kept}, dtype=object), pl.DataFrame({"c": kept})]
+    tables = [as_table(frame) for frame in frames]
+    cells = [render_value(v) for v in kept]
+    want = ([len(c.encode()) for c in cells], "".join(cells).encode())
+    assert [_utf8(t, "c") for t in tables] == [want] * 3
+    assert [_utf8(t.select(["c"]), "c") for t in tables] == [want] * 3
+    plain = None not in kept and not any("\n" in v or "\u2028" in v for v in kept if v)
+    assert ("c" in tables[0]._arrow) == plain
+
+
+def test_fingerprint_is_the_same_for_the_same_text_in_arrow_or_python() -> None:
+    """A re-run finds its call whether the column is Arrow strings, objects or Polars."""
+    from semframe.core.parse import TEXT
+    from semframe.core.plan import RelQuery, fingerprint
+    from semframe.core.template import parse_template
+
+    values = ["caf\u00e9", "a", "", "\U0001f600 b", "a"] * 3
+    frames = [
+        pd.DataFrame({"a": pd.array(values, "str")}),
+        pd.DataFrame({"a": values}, dtype=object),
+        pl.DataFrame({"a": values}),
+    ]
+    template = parse_template("Echo {a}")
+    keys = {fingerprint(RelQuery("map", template, as_table(f), TEXT), "ggr") for f in frames}
+    assert len(keys) == 1
+    other = pd.DataFrame({"a": pd.array([*values[:-1], "b"], "str")})
+    assert fingerprint(RelQuery("map", template, as_table(other), TEXT), "ggr") not in keys

@@ -17,7 +17,6 @@ import gc
 import hashlib
 import json
 import unicodedata
-from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -841,9 +840,12 @@ def fingerprint(rq: RelQuery, reorder: str) -> str:
     ]
     digest = hashlib.sha256(json.dumps(head, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     for name in rq.fields:
-        cells = rq.table.cells[name]
-        digest.update(b"\x00" + array("q", map(len, cells)).tobytes())
-        digest.update("".join(cells).encode("utf-8", "surrogatepass"))
+        # Each cell's length in UTF-8 bytes, then the cells' text: read from an Arrow
+        # column's own buffers where it has them (Table.utf8), nothing joined or encoded.
+        lengths, parts = rq.table.utf8(name)
+        digest.update(b"\x00" + lengths.astype("<i8", copy=False).tobytes())
+        for part in parts:
+            digest.update(part)
     return digest.hexdigest()
 
 

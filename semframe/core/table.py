@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from semframe.errors import InputError
 
@@ -247,6 +248,11 @@ class Table:
     _coded: dict[str, Coded] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
+    # Columns whose cells are an Arrow string array's values as they are (no missing
+    # value, nothing fenced): the array, whose buffers hold the cells' UTF-8 text.
+    _arrow: dict[str, Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def from_columns(cls, data: Mapping[str, Sequence[object]]) -> Table:
@@ -280,6 +286,31 @@ class Table:
             found = self._coded[column] = (tuple(values), codes)
         return found
 
+    def utf8(self, column: str) -> tuple[NDArray[np.int64], list[Any]]:
+        """``column``'s cells in UTF-8: each cell's length in bytes, and the bytes.
+
+        The bytes come as buffers, to be read in order (their concatenation is
+        the cells' text, one after another). For a column of Arrow strings
+        rendered as they are, they are the array's own buffers: nothing is
+        joined or encoded.
+
+        Examples
+        --------
+        >>> lengths, parts = Table.from_columns({"a": ["x", "\u00e9", ""]}).utf8("a")
+        >>> lengths.tolist(), b"".join(parts)
+        ([1, 2, 0], b'x\xc3\xa9')
+        """
+        source = self._arrow.get(column)
+        if source is not None:
+            return _arrow_utf8(source)
+        cells = self.cells[column]
+        text = "".join(cells).encode("utf-8", "surrogatepass")
+        lengths = np.fromiter(map(len, cells), dtype=np.int64, count=len(cells))
+        if int(lengths.sum()) != len(text):  # not all ASCII: a character may take 2-4 bytes
+            utf8 = (len(c.encode("utf-8", "surrogatepass")) for c in cells)
+            lengths = np.fromiter(utf8, dtype=np.int64, count=len(cells))
+        return lengths, [text]
+
     def row(self, r: int) -> dict[str, str]:
         """The rendered cells of row ``r``, by column."""
         return {c: self.cells[c][r] for c in self.columns}
@@ -288,6 +319,7 @@ class Table:
         """A table with only ``columns`` (in that order)."""
         table = Table(tuple(columns), {c: self.cells[c] for c in columns}, self.n_rows)
         table._coded.update((c, self._coded[c]) for c in columns if c in self._coded)
+        table._arrow.update((c, self._arrow[c]) for c in columns if c in self._arrow)
         return table
 
     def take(self, rows: Sequence[int]) -> Table:
@@ -346,29 +378,32 @@ def _table(names: Sequence[str], rendered: Mapping[str, Rendered], n: int) -> Ta
     """A table of rendered columns, with the factorizations that came with them."""
     table = Table(tuple(names), {name: rendered[name][0] for name in names}, n)
     for name in names:
-        coded = rendered[name][1]
+        _, coded, source = rendered[name]
         if coded is not None:
             coded[1].flags.writeable = False
             table._coded[name] = coded
+        if source is not None:
+            table._arrow[name] = source
     return table
 
 
-Rendered = tuple[tuple[str, ...], Coded | None]
-"""A column's rendered cells, and their :func:`factorize` when it came for free."""
+Rendered = tuple[tuple[str, ...], Coded | None, Any]
+"""A column's rendered cells, their :func:`factorize` when it came for free, and the
+Arrow string array they are the values of (``None`` unless rendered as they are)."""
 
 
 def _render_pandas_series(col: Any) -> Rendered:
     kind = col.dtype.kind
     if isinstance(col.dtype, np.dtype) and kind in "iu":
         # Plain numpy integers: no missing values possible.
-        return tuple(col.astype(str).tolist()), None
+        return tuple(col.astype(str).tolist()), None, None
     if kind == "M" and getattr(col.dtype, "tz", None) is None:
-        return _render_naive_datetimes(col.to_numpy(dtype="datetime64[us]")), None
+        return _render_naive_datetimes(col.to_numpy(dtype="datetime64[us]")), None, None
     if type(col.dtype).__name__ == "StringDtype" and getattr(col.dtype, "storage", "") == "pyarrow":
         import pyarrow as pa  # type: ignore[import-untyped]
 
         return _render_arrow_strings(pa.array(col.array))
-    return render_column(col.tolist()), None
+    return render_column(col.tolist()), None, None
 
 
 _BREAK_CHARS = "[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"
@@ -382,19 +417,43 @@ def _render_arrow_strings(values: Any) -> Rendered:
     are fenced in Python. Strings are otherwise rendered as they are. Where
     Arrow's dictionary encoding made the cells (the values repeat), its codes
     are the cells' :func:`factorize` (Arrow numbers values in order of first
-    appearance); not where a value was fenced.
+    appearance); not where a value was fenced. Where every value is rendered
+    as it is (none missing or fenced), ``values`` comes back as the cells'
+    source (see :meth:`Table.utf8`).
     """
+    import pyarrow as pa
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     filled = pc.fill_null(values, MISSING) if values.null_count else values
     out, coded = _shared_strings(filled)
+    same = not values.null_count
     if _may_break(values):
         broken = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
         if pc.any(broken).as_py():
-            coded = None
+            coded, same = None, False
             for i in np.flatnonzero(broken.to_numpy(zero_copy_only=False)).tolist():
                 out[i] = fence(out[i])
-    return tuple(out), coded
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    plain = all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in chunks)
+    return tuple(out), coded, values if same and plain else None
+
+
+def _arrow_utf8(values: Any) -> tuple[NDArray[np.int64], list[Any]]:
+    """:meth:`Table.utf8` of an Arrow ``string`` or ``large_string`` array without nulls."""
+    import pyarrow as pa
+
+    lengths: list[NDArray[np.int64]] = []
+    parts: list[Any] = []
+    for chunk in values.chunks if isinstance(values, pa.ChunkedArray) else [values]:
+        if not len(chunk):
+            continue
+        width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        _, offsets, data = chunk.buffers()
+        at = np.frombuffer(offsets, dtype=width)[chunk.offset : chunk.offset + len(chunk) + 1]
+        lengths.append(np.diff(at).astype(np.int64))
+        if data is not None and at[-1] > at[0]:
+            parts.append(memoryview(data)[int(at[0]) : int(at[-1])])
+    return (np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)), parts
 
 
 def _may_break(values: Any) -> bool:
@@ -485,4 +544,4 @@ def from_polars(frame: Any, columns: Sequence[str] | None) -> Table:
 def _render_polars_series(col: Any) -> Rendered:
     if str(col.dtype) == "String" and "pyarrow" in sys.modules:
         return _render_arrow_strings(col.to_arrow())
-    return render_column(col.to_list()), None
+    return render_column(col.to_list()), None, None
