@@ -19,6 +19,7 @@ from semframe.backends.base import Completion, Usage
 from semframe.backends.fake import FakeBackend
 from semframe.cache.keys import Keys
 from semframe.cache.store import FILENAME, ResultCache
+from semframe.core.table import ArrowCells
 from semframe.runtime.call import Recipe
 from tests.conftest import digest
 
@@ -79,6 +80,32 @@ def test_rerun_is_served_whole_without_planning(fake: FakeBackend, builds: list[
     with ResultCache(_cache_file()) as cache:
         info = cache.info()
     assert (info.calls, info.by_model[0][3]) == (1, 30)
+
+
+def test_a_rerun_turns_no_arrow_cell_into_a_python_string(
+    fake: FakeBackend, builds: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Arrow string columns stay Arrow: only the fingerprint reads them, from their buffers."""
+    df = _frame()
+    assert all(str(t) == "str" for t in df.dtypes)  # pandas' Arrow-backed strings
+    first = df.llm.map(TEMPLATE, out="s")
+    read: list[str] = []
+    original = ArrowCells.__getitem__
+
+    def reading(self: ArrowCells, column: str) -> tuple[str, ...]:
+        read.append(column)
+        return original(self, column)
+
+    monkeypatch.setattr(ArrowCells, "__getitem__", reading)
+    second = df.llm.map(TEMPLATE, out="s")
+    assert (builds[0], len(fake.history), read) == (1, 30, [])
+    pd.testing.assert_frame_equal(first, second)
+    third = df.assign(review=df["review"].str.replace("review 3", "review three")).llm.map(
+        TEMPLATE, out="s"
+    )
+    assert sorted(set(read)) == ["movie", "review"], "a changed cell: planned, cells read"
+    assert (builds[0], len(fake.history)) == (2, 31)
+    assert third["s"].iloc[0] == first["s"].iloc[0]
 
 
 def test_changed_cell_plans_again_and_sends_only_that_row(

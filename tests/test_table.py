@@ -210,7 +210,10 @@ def test_utf8_is_the_cells_text_whatever_holds_it(values: list[str | None], cut:
     assert [_utf8(t, "c") for t in tables] == [want] * 3
     assert [_utf8(t.select(["c"]), "c") for t in tables] == [want] * 3
     plain = None not in kept and not any("\n" in v or "\u2028" in v for v in kept if v)
-    assert ("c" in tables[0]._arrow) == plain
+    assert [t.arrow("c") is not None for t in tables] == [plain, False, plain and bool(kept)]
+    assert [list(t.cells["c"]) for t in tables] == [cells] * 3  # read: Python strings now
+    assert [t.arrow("c") for t in tables] == [None] * 3
+    assert [_utf8(t, "c") for t in tables] == [want] * 3
 
 
 def test_fingerprint_is_the_same_for_the_same_text_in_arrow_or_python() -> None:

@@ -873,6 +873,8 @@ def check_sendable(rq: RelQuery, instructions: str) -> None:
     """
     hint = ".str.encode('utf-8', 'replace').str.decode('utf-8')"
     for name in rq.fields:
+        if rq.table.arrow(name) is not None:  # Arrow strings are UTF-8: no lone surrogate
+            continue
         cells = rq.table.cells[name]
         if all(map(str.isascii, cells)):  # ASCII holds no surrogate (a flag, no scan)
             continue

@@ -31,9 +31,9 @@ import json
 import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -248,11 +248,6 @@ class Table:
     _coded: dict[str, Coded] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
-    # Columns whose cells are an Arrow string array's values as they are (no missing
-    # value, nothing fenced): the array, whose buffers hold the cells' UTF-8 text.
-    _arrow: dict[str, Any] = field(
-        default_factory=dict, init=False, repr=False, compare=False, hash=False
-    )
 
     @classmethod
     def from_columns(cls, data: Mapping[str, Sequence[object]]) -> Table:
@@ -281,10 +276,23 @@ class Table:
         """
         found = self._coded.get(column)
         if found is None:
-            values, codes = factorize(self.cells[column])
-            codes.flags.writeable = False
-            found = self._coded[column] = (tuple(values), codes)
+            cells = self.cells[column]
+            # Arrow's dictionary encoding, where it made the cells (ArrowCells).
+            found = self.cells.coded.get(column) if isinstance(self.cells, ArrowCells) else None
+            if found is None:
+                values, codes = factorize(cells)
+                codes.flags.writeable = False
+                found = (tuple(values), codes)
+            self._coded[column] = found
         return found
+
+    def arrow(self, column: str) -> Any:
+        """The Arrow string array whose values ``column``'s cells are, as they are; or ``None``.
+
+        Such a column (none missing, none spanning lines) is turned into
+        Python strings only when its cells are first read (:class:`ArrowCells`).
+        """
+        return self.cells.source(column) if isinstance(self.cells, ArrowCells) else None
 
     def utf8(self, column: str) -> tuple[NDArray[np.int64], list[Any]]:
         """``column``'s cells in UTF-8: each cell's length in bytes, and the bytes.
@@ -300,7 +308,7 @@ class Table:
         >>> lengths.tolist(), b"".join(parts)
         ([1, 2, 0], b'x\xc3\xa9')
         """
-        source = self._arrow.get(column)
+        source = self.arrow(column)
         if source is not None:
             return _arrow_utf8(source)
         cells = self.cells[column]
@@ -317,9 +325,12 @@ class Table:
 
     def select(self, columns: Sequence[str]) -> Table:
         """A table with only ``columns`` (in that order)."""
-        table = Table(tuple(columns), {c: self.cells[c] for c in columns}, self.n_rows)
+        if isinstance(self.cells, ArrowCells):
+            cells: Mapping[str, tuple[str, ...]] = self.cells.select(columns)
+        else:
+            cells = {c: self.cells[c] for c in columns}
+        table = Table(tuple(columns), cells, self.n_rows)
         table._coded.update((c, self._coded[c]) for c in columns if c in self._coded)
-        table._arrow.update((c, self._arrow[c]) for c in columns if c in self._arrow)
         return table
 
     def take(self, rows: Sequence[int]) -> Table:
@@ -376,20 +387,83 @@ def from_pandas(frame: Any, columns: Sequence[str] | None) -> Table:
 
 def _table(names: Sequence[str], rendered: Mapping[str, Rendered], n: int) -> Table:
     """A table of rendered columns, with the factorizations that came with them."""
-    table = Table(tuple(names), {name: rendered[name][0] for name in names}, n)
+    sources = {name: rendered[name][2] for name in names if rendered[name][2] is not None}
+    cells = {name: rendered[name][0] for name in names}
+    if sources:
+        table = Table(tuple(names), ArrowCells(cells, sources), n)
+    else:
+        table = Table(tuple(names), cast("dict[str, tuple[str, ...]]", cells), n)
     for name in names:
-        _, coded, source = rendered[name]
+        coded = rendered[name][1]
         if coded is not None:
             coded[1].flags.writeable = False
             table._coded[name] = coded
-        if source is not None:
-            table._arrow[name] = source
     return table
 
 
-Rendered = tuple[tuple[str, ...], Coded | None, Any]
-"""A column's rendered cells, their :func:`factorize` when it came for free, and the
-Arrow string array they are the values of (``None`` unless rendered as they are)."""
+Rendered = tuple[tuple[str, ...] | None, Coded | None, Any]
+"""A column's rendered cells and their :func:`factorize` when it came for free; or
+``None`` and the Arrow string array whose values they are (see :class:`ArrowCells`)."""
+
+
+class ArrowCells(Mapping[str, tuple[str, ...]]):
+    """A table's cells by column, where Arrow string columns become Python strings on first use.
+
+    A column whose cells are an Arrow string array's values as they are
+    (:func:`_render_arrow_strings`: none missing, none spanning lines) is kept
+    as that array until its cells are read: a re-run served whole from the
+    result cache reads none (its fingerprint reads Arrow's buffers,
+    :meth:`Table.utf8`) and never holds a Python string per row of them.
+    Read, a column is what :func:`_shared_strings` makes of it (one object
+    per distinct value where the values repeat, and Arrow's dictionary
+    encoding as its factorization, :attr:`coded`).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> cells = ArrowCells({"a": ("x",), "b": None}, {"b": pa.array(["y"])})
+    >>> cells.source("b") is not None, dict(cells), cells.source("b")
+    (True, {'a': ('x',), 'b': ('y',)}, None)
+    """
+
+    __slots__ = ("_cells", "_sources", "coded")
+
+    def __init__(
+        self, cells: Mapping[str, tuple[str, ...] | None], sources: Mapping[str, Any]
+    ) -> None:
+        self._cells = dict(cells)
+        self._sources = dict(sources)
+        self.coded: dict[str, Coded] = {}
+
+    def source(self, column: str) -> Any:
+        """``column``'s Arrow array while its cells are unread; ``None`` once read or never one."""
+        return self._sources.get(column) if self._cells.get(column) is None else None
+
+    def __getitem__(self, column: str) -> tuple[str, ...]:
+        found = self._cells[column]
+        if found is None:
+            out, coded = _shared_strings(self._sources[column])
+            found = self._cells[column] = tuple(out)
+            if coded is not None:
+                coded[1].flags.writeable = False
+                self.coded[column] = coded
+        return found
+
+    def select(self, columns: Sequence[str]) -> ArrowCells:
+        """Only ``columns``; those not read yet are still unread."""
+        chosen = {c: self._cells[c] for c in columns}
+        picked = ArrowCells(chosen, {c: self._sources[c] for c in columns if chosen[c] is None})
+        picked.coded.update((c, self.coded[c]) for c in columns if c in self.coded)
+        return picked
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cells)
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 def _render_pandas_series(col: Any) -> Rendered:
@@ -418,24 +492,28 @@ def _render_arrow_strings(values: Any) -> Rendered:
     Arrow's dictionary encoding made the cells (the values repeat), its codes
     are the cells' :func:`factorize` (Arrow numbers values in order of first
     appearance); not where a value was fenced. Where every value is rendered
-    as it is (none missing or fenced), ``values`` comes back as the cells'
-    source (see :meth:`Table.utf8`).
+    as it is (none missing or fenced), no cell is made here: ``None`` comes
+    back with ``values``, which :class:`ArrowCells` turns into the cells on
+    first use.
     """
     import pyarrow as pa
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-    filled = pc.fill_null(values, MISSING) if values.null_count else values
-    out, coded = _shared_strings(filled)
-    same = not values.null_count
+    broken = None
     if _may_break(values):
-        broken = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
-        if pc.any(broken).as_py():
-            coded, same = None, False
-            for i in np.flatnonzero(broken.to_numpy(zero_copy_only=False)).tolist():
-                out[i] = fence(out[i])
+        found = pc.match_substring_regex(values, _BREAK_CHARS).fill_null(False)
+        broken = found if pc.any(found).as_py() else None
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
     plain = all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in chunks)
-    return tuple(out), coded, values if same and plain else None
+    if broken is None and not values.null_count and plain:
+        return None, None, values  # the values as they are: read on first use (ArrowCells)
+    filled = pc.fill_null(values, MISSING) if values.null_count else values
+    out, coded = _shared_strings(filled)
+    if broken is not None:
+        coded = None
+        for i in np.flatnonzero(broken.to_numpy(zero_copy_only=False)).tolist():
+            out[i] = fence(out[i])
+    return tuple(out), coded, None
 
 
 def _arrow_utf8(values: Any) -> tuple[NDArray[np.int64], list[Any]]:
