@@ -91,9 +91,13 @@ class Serving:
         """The stored usage of the rows served."""
         return Usage(*self._usage)
 
-    @without_gc()  # an outcome per answer: nothing here forms a cycle
     def take(self, pairs: Iterable[tuple[int, tuple[Any, ...]]]) -> None:
-        """Serve the entries of ``pairs`` (``(position, entry)``) that are accepted."""
+        """Serve the entries of ``pairs`` (``(position, entry)``) that are accepted.
+
+        Its callers pause the cyclic garbage collector around reading the
+        entries and taking them (:func:`~semframe.core.plan.without_gc`): an
+        outcome per answer and the entries read, and no cycle among them.
+        """
         served = 0
         stale = self.stale
         outcomes, parse, stale_before = self.outcomes, self.parse, self.stale_before

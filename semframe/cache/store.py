@@ -978,13 +978,8 @@ class ResultCache:
         """
         if self.read_only or self._broken:
             return
-        blob: bytes | _Gather
-        if order is not None:
-            if not isinstance(keys, Keys):
-                keys = Keys.of(keys)
-            blob = _Gather(keys, np.asarray(order))
-        else:
-            blob = keys.joined() if isinstance(keys, Keys) else bytes.fromhex("".join(keys))
+        keys = Keys.of(keys)
+        blob = keys.joined() if order is None else _Gather(keys, np.asarray(order))
         text = json.dumps(dict(info), separators=(",", ":"))
         size = len(blob) + len(text) + _ROW_OVERHEAD
         now = self.clock()
