@@ -20,6 +20,7 @@ from semframe.backends.fake import FakeBackend
 from semframe.cache.keys import Keys
 from semframe.cache.store import FILENAME, ResultCache
 from semframe.core.table import ArrowCells
+from semframe.core.wire import Answered, Outcome, TokenLogprob, failed, values_of
 from semframe.runtime.call import Recipe
 from tests.conftest import digest
 
@@ -139,6 +140,25 @@ def test_missing_answer_falls_back_to_sending_just_that_row(
     assert again.equals(first)
     df.llm.map(TEMPLATE)
     assert (builds[0], len(fake.history)) == (2, 31)
+
+
+def test_a_rerun_serves_each_answer_as_it_was_parsed(fake: FakeBackend, builds: list[int]) -> None:
+    """Free text stripped, records and cut answers kept: the same values as the first run."""
+    fake.responder = lambda request: f"  answer to {request.row}\n"
+    df = _frame(8)
+    first = df.llm.map(TEMPLATE, out="s")
+    assert first["s"].tolist() == [f"answer to {i}" for i in range(8)]
+    assert df.llm.map(TEMPLATE, out="s").equals(first)
+    fake.responder = lambda request: f'{{"title": "t{request.row}"}}'
+    extracted = df.llm.extract("From {review}: {movie}", {"title": str})
+    assert extracted["title"].tolist() == [f"t{i}" for i in range(8)]
+    assert df.llm.extract("From {review}: {movie}", {"title": str}).equals(extracted)
+    fake.responder = lambda request: f" kept {request.row}"
+    brief = "Summarize {review} of {movie} briefly"
+    kept = df.llm.map(brief, out="s", truncated="keep")
+    assert df.llm.map(brief, out="s", truncated="keep").equals(kept)
+    assert kept["s"].tolist() == [f"kept {i}" for i in range(8)]
+    assert (builds[0], len(fake.history)) == (3, 24), "each call planned and sent once"
 
 
 def test_answer_that_no_longer_parses_is_not_replayed(fake: FakeBackend, builds: list[int]) -> None:
@@ -359,3 +379,28 @@ def test_a_partly_cached_call_marks_the_answers_it_serves_as_used(
     assert (builds[0], _stats().cache_hits, _stats().requests) == (2, 29, 1)
     used = _last_used()
     assert len(used) == 31 and sum(u == 0 for u in used) == 1  # the changed row's old answer
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.text(max_size=5), st.booleans()), max_size=8),
+    st.integers(-10, 10),
+    st.integers(-10, 10),
+)
+def test_answered_reads_as_the_outcomes_it_holds(
+    rows: list[tuple[str, bool]], start: int, stop: int
+) -> None:
+    """Indexing, slicing and iterating an Answered give the Outcomes of its columns."""
+    values = [text.strip() for text, _ in rows]
+    raws = [text for text, _ in rows]
+    tokens = [(TokenLogprob(t, -0.5),) if lp else None for t, lp in rows]
+    answered = Answered(values, raws, tokens if any(lp for _, lp in rows) else None)
+    expected = [
+        Outcome(v, r, None, None, 0, lp if answered.logprobs is not None else None)
+        for v, r, lp in zip(values, raws, tokens, strict=True)
+    ]
+    assert list(answered) == expected
+    assert [answered[i] for i in range(-len(rows), len(rows))] == expected + expected
+    assert answered[start:stop] == expected[start:stop]
+    assert values_of(answered) == values == values_of(expected)
+    assert failed(answered) == [] == failed(expected)

@@ -1622,8 +1622,10 @@ class _Matcher:
 
     def matches(self, rows: list[tuple[Any, ...]]) -> Iterable[Pair]:
         """``(position among the keys asked, row)`` for the ``rows`` (key last) asked for."""
-        keys = [row[-1] for row in rows]
-        joined = b"".join(keys) if all(isinstance(k, bytes) for k in keys) else b""
+        try:
+            joined = b"".join([row[-1] for row in rows])
+        except TypeError:  # a key stored as text (or NULL): matched through the dict
+            joined = b""
         if self.by_key is not None or len(joined) != KEY_BYTES * len(rows) or not rows:
             by_key = self.by_key if self.by_key is not None else _positions_by_key(self.blob)
             return [(i, row) for row in rows for i in by_key.get(row[-1], ())]

@@ -8,8 +8,9 @@ and, when asked for, :class:`TokenLogprob` tokens), and ends as an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, overload
 
 # Request, Usage and Completion are immutable NamedTuples rather than frozen
 # dataclasses: one of each is made per row, and a frozen dataclass costs several
@@ -159,3 +160,84 @@ class Outcome(NamedTuple):
     def ok(self) -> bool:
         """Whether the row has a value."""
         return self.error_kind is None
+
+
+class Answered(Sequence[Outcome]):
+    """The outcomes of rows that all have a value, held as columns.
+
+    What a re-run served whole from the result cache gives: a row's
+    :class:`Outcome` (no error, no attempt) is made only when it is read, so
+    a million served rows are two lists, not a million tuples. Consumers
+    that want the values alone read :attr:`values` (:func:`values_of`).
+
+    Attributes
+    ----------
+    values : list
+        Each row's parsed answer.
+    raws : list of str
+        Each row's raw answer text.
+    logprobs : list or None
+        Each row's tokens with their log probabilities (``None`` entries where
+        there are none); ``None`` when no row has any.
+
+    Examples
+    --------
+    >>> served = Answered(["A slow film."], [" A slow film. "])
+    >>> served[0].value, served[0].raw, served[0].ok, served[0].attempts
+    ('A slow film.', ' A slow film. ', True, 0)
+    >>> len(served), values_of(served)
+    (1, ['A slow film.'])
+    """
+
+    __slots__ = ("logprobs", "raws", "values")
+
+    def __init__(
+        self,
+        values: list[Any],
+        raws: list[str],
+        logprobs: list[tuple[TokenLogprob, ...] | None] | None = None,
+    ) -> None:
+        if len(raws) != len(values) or (logprobs is not None and len(logprobs) != len(values)):
+            msg = "internal error: an Answered's columns differ in length"
+            raise ValueError(msg)
+        self.values = values
+        self.raws = raws
+        self.logprobs = logprobs
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> Outcome: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Outcome]: ...
+
+    def __getitem__(self, index: int | slice) -> Outcome | list[Outcome]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        tokens = None if self.logprobs is None else self.logprobs[index]
+        return Outcome(self.values[index], self.raws[index], None, None, 0, tokens)
+
+    def __iter__(self) -> Iterator[Outcome]:
+        tokens = self.logprobs if self.logprobs is not None else itertools.repeat(None)
+        new = tuple.__new__  # an Outcome without its Python-level __new__ frame
+        for value, raw, lp in zip(self.values, self.raws, tokens, strict=False):
+            yield new(Outcome, (value, raw, None, None, 0, lp))
+
+
+def values_of(outcomes: Sequence[Outcome]) -> list[Any]:
+    """Each outcome's value (``None`` where the row failed).
+
+    Of an :class:`Answered`, its values, without making an outcome per row.
+    """
+    if isinstance(outcomes, Answered):
+        return list(outcomes.values)
+    return [o.value for o in outcomes]
+
+
+def failed(outcomes: Sequence[Outcome]) -> list[int]:
+    """Positions of the outcomes that have an error (none in an :class:`Answered`)."""
+    if isinstance(outcomes, Answered):
+        return []
+    return [i for i, o in enumerate(outcomes) if o.error_kind is not None]

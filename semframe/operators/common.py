@@ -20,7 +20,7 @@ from semframe.core.parse import BOOL, CUT_NOTE, TEXT, OutputSpec
 from semframe.core.plan import RelQuery, validate
 from semframe.core.table import Table
 from semframe.core.template import compile_template
-from semframe.core.wire import Outcome
+from semframe.core.wire import Outcome, failed
 from semframe.errors import InputError, RowError, RowErrors, plural
 from semframe.runtime.call import Call, Recipe
 
@@ -333,11 +333,11 @@ def truncated_marks(
 
 def row_errors(labels: Sequence[object], outcomes: Sequence[Outcome]) -> list[RowError]:
     """One :class:`~semframe.errors.RowError` per failed outcome (row order)."""
-    return [
-        RowError(i, labels[i], o.error_kind or "", o.error or "", o.attempts)
-        for i, o in enumerate(outcomes)
-        if o.error_kind is not None
-    ]
+    errors = []
+    for i in failed(outcomes):
+        o = outcomes[i]
+        errors.append(RowError(i, labels[i], o.error_kind or "", o.error or "", o.attempts))
+    return errors
 
 
 def finish(call: Call, outcomes: Sequence[Outcome], output: Output, error_column: str) -> Output:

@@ -38,7 +38,7 @@ from semframe.core.parse import (
 )
 from semframe.core.plan import Plan, RelQuery, make_plan
 from semframe.core.table import Table
-from semframe.core.wire import Outcome
+from semframe.core.wire import Outcome, values_of
 from semframe.cost.estimate import Estimate
 from semframe.errors import ConfigError, InputError, MissingDependencyError, RowErrors, plural
 from semframe.operators import calibration
@@ -181,7 +181,7 @@ class Map(_Rowwise):
         self, compiled: RowwiseCall, outcomes: Sequence[Outcome], extra: Sequence[NewColumn] = ()
     ) -> Output:
         call, out = compiled.call, compiled.out
-        answers = NewColumn(out, [o.value for o in outcomes])
+        answers = NewColumn(out, values_of(outcomes))
         marks = truncated_marks(call, outcomes, f"{out}_truncated")
         return finish(call, outcomes, Output(columns=(answers, *marks, *extra)), f"{out}_error")
 
@@ -353,7 +353,7 @@ class Classify(_Rowwise):
     ) -> Output:
         call, out = compiled.call, compiled.out
         multi = call.relquery.output.kind == "labels"
-        columns = [NewColumn(out, [o.value for o in outcomes], "list[str]" if multi else "str")]
+        columns = [NewColumn(out, values_of(outcomes), "list[str]" if multi else "str")]
         names = compiled.confidence
         if names:
             found = [_confidences(o, names) for o in outcomes]
@@ -536,7 +536,7 @@ def _calibration_first(
     return Call([*probe.labels, *call.labels], call.settings, plan), len(probe.labels), answers
 
 
-def run_decided(compiled: RowwiseCall, runner: Runner, op: str) -> list[Outcome]:
+def run_decided(compiled: RowwiseCall, runner: Runner, op: str) -> Sequence[Outcome]:
     """Run the call; with calibration, decide each answer from its label probabilities.
 
     The calibration rows (content-free inputs, or the labeled rows) go first,

@@ -459,7 +459,7 @@ def run_labels(
     samples: Sequence[Sequence[int]],
     labels: Sequence[object],
     sizes: Sequence[int],
-) -> list[Outcome]:
+) -> Sequence[Outcome]:
     """Ask one name per cluster; outcomes in cluster order."""
     call = Call(
         [

@@ -302,7 +302,7 @@ def rank(tk: TopkCall, runner: Runner, labels: Sequence[object] | None = None) -
     failed: dict[int, RowError] = {}
     comparisons = 0
 
-    def compare(pairs: Sequence[tuple[int, int]], what: str) -> list[Outcome]:
+    def compare(pairs: Sequence[tuple[int, int]], what: str) -> Sequence[Outcome]:
         nonlocal comparisons
         comparisons += len(pairs)
         return runner.run(

@@ -303,7 +303,9 @@ def _open(settings: Mapping[str, Any]) -> ResultCache | None:
     return open_cache(cache_dir(settings["cache_dir"]), max_mib=settings["cache_max_mib"])
 
 
-def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Outcome], RunStats]:
+def run_call(
+    call: Call, *, stop_when: StopWhen | None = None
+) -> tuple[Sequence[Outcome], RunStats]:
     """Resolve the backend, check the context window, execute; outcomes in input order.
 
     With the result cache on, a call indexed there whose every answer is
@@ -368,7 +370,7 @@ def run_call(call: Call, *, stop_when: StopWhen | None = None) -> tuple[list[Out
 
 def replay(
     call: Call, backend: Backend, cache: ResultCache, key: str
-) -> tuple[list[Outcome], RunStats] | None:
+) -> tuple[Sequence[Outcome], RunStats] | None:
     """Serve a call whole from ``cache``, without planning it; ``None`` when it cannot be.
 
     It can be when the cache indexes the call under ``key`` (its backend and
@@ -383,8 +385,7 @@ def replay(
     start = time.monotonic()
     rq = source.relquery
     n = rq.table.n_rows
-    outcomes: list[Outcome | None] = [None] * n
-    serving = Serving(rq.output.parse, outcomes, cache.clock() - TOUCH_SECONDS)
+    serving = Serving(rq.output.parse, n, cache.clock() - TOUCH_SECONDS)
     try:
         entry = cache.call_entry(key)
         if entry is None or len(entry[0]) != n * KEY_BYTES:
@@ -425,7 +426,7 @@ def replay(
         cache_saved_dollars=backend.cost.bill(usage, batch=batch),
     )
     record_run(stats)
-    return [o for o in outcomes if o is not None], stats
+    return serving.answered(), stats
 
 
 def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:
@@ -513,7 +514,7 @@ class Runner:
     guard: BudgetGuard | None = None
     runs: list[RunStats] = field(default_factory=list)
 
-    def run(self, call: Call, *, calibration: int = 0) -> list[Outcome]:
+    def run(self, call: Call, *, calibration: int = 0) -> Sequence[Outcome]:
         """Run one relQuery; outcomes in the call's row order.
 
         Its first ``calibration`` rows calibrate the others' decisions: they are

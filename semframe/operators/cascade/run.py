@@ -202,7 +202,7 @@ def _prepare(
 
 def _answer_stage(
     spec: _Spec, stage: Stage, call: Call, runner: Runner
-) -> tuple[list[Outcome], list[float | None]]:
+) -> tuple[Sequence[Outcome], list[float | None]]:
     if stage.samples == 1:
         outcomes = runner.run(call)
         return outcomes, [answer_confidence(spec.op, o, spec.labels) for o in outcomes]
