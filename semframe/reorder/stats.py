@@ -171,15 +171,24 @@ def fixed_order(enc: Encoded, fds: Sequence[tuple[int, int]] = ()) -> tuple[int,
     # lowest column; what a column of the set serves after the others is read from the
     # set's groups. The best order of each set: (served, order).
     groups: list[Any] = [grouping.none(size)]
+    # Whether a set's groups are single rows: then so are its supersets' (the same
+    # groups, numbered alike), and no column serves anything more under them.
+    single: list[bool] = [size < 2]
     best: list[tuple[int, tuple[int, ...]]] = [(0, ())]
     for s in range(1, 1 << k):
         low = (s & -s).bit_length() - 1
-        grouped, at, counts = split(groups[s & (s - 1)], searched[low])
-        groups.append(grouped)
+        members = [c for c in range(k) if s >> c & 1]
+        if single[s & (s - 1)]:
+            groups.append(groups[s & (s - 1)])
+            single.append(True)
+            more = [0] * len(members)
+        else:
+            grouped, at, counts = split(groups[s & (s - 1)], searched[low])
+            groups.append(grouped)
+            single.append(len(counts) == size)
+            more = grouping.serves_each(searched, members, at, counts)
         value = -1
         order: tuple[int, ...] = ()
-        members = [c for c in range(k) if s >> c & 1]
-        more = grouping.serves_each(searched, members, at, counts)
         for c, add in zip(members, more, strict=True):  # the first in ``live``'s order wins a tie
             before, prefix = best[s & ~(1 << c)]
             if before + add > value:
@@ -190,6 +199,9 @@ def fixed_order(enc: Encoded, fds: Sequence[tuple[int, int]] = ()) -> tuple[int,
     grouped = groups[-1]
     del groups
     rest = live[k:]
+    if single[-1]:  # nothing serves more: each next column would tie at none
+        chosen += rest
+        rest = []
     while rest:
         options = []
         for j in rest:
