@@ -256,6 +256,9 @@ def test_api_rerun_costs_nothing_and_reports_the_saving(
     assert stats.cache_hits == 6 and stats.dollars == 0
     assert paid.dollars is not None and paid.dollars > 0
     assert stats.cache_saved_dollars == pytest.approx(paid.dollars, rel=1e-9)
+    assert stats.cache_saved_usage == Usage(
+        paid.prompt_tokens, paid.cached_tokens, paid.cache_write_tokens, paid.output_tokens
+    )
     # another endpoint is another cache key
     with ProviderEmulator(latency=Latency(0)) as other:
         other_url = other.openai_url if backend == "openai" else other.anthropic_url

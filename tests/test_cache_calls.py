@@ -161,6 +161,41 @@ def test_a_rerun_serves_each_answer_as_it_was_parsed(fake: FakeBackend, builds: 
     assert (builds[0], len(fake.history)) == (3, 24), "each call planned and sent once"
 
 
+def test_a_rerun_reports_the_usage_its_rows_were_first_paid_for(
+    fake: FakeBackend, builds: list[int]
+) -> None:
+    """Recorded with the call (sent and served rows), or summed row by row where it is not."""
+    df = _frame(30)
+    df.iloc[:20].llm.map(TEMPLATE, out="s")
+    first = _stats()
+    df.llm.map(TEMPLATE, out="s")  # 20 rows served, 10 sent
+    mixed = _stats()
+    assert (mixed.cache_hits, mixed.requests) == (20, 10)
+    df.llm.map(TEMPLATE, out="s")
+    recorded = _stats()
+    assert (builds[0], recorded.requests, recorded.cache_hits) == (2, 0, 30)
+    paid = [
+        mixed.prompt_tokens + first.prompt_tokens,
+        mixed.cached_tokens + first.cached_tokens,
+        mixed.cache_write_tokens + first.cache_write_tokens,
+        mixed.output_tokens + first.output_tokens,
+    ]
+    assert list(mixed.cache_saved_usage) == [
+        first.prompt_tokens,
+        first.cached_tokens,
+        first.cache_write_tokens,
+        first.output_tokens,
+    ]
+    assert paid[0] > 0 and list(recorded.cache_saved_usage) == paid
+    with sqlite3.connect(_cache_file()) as db:  # an entry written before usage was recorded
+        db.execute("UPDATE calls SET info = json_remove(info, '$.usage')")
+    df.llm.map(TEMPLATE, out="s")
+    summed = _stats()
+    assert (builds[0], summed.cache_hits) == (2, 30), "still served whole"
+    assert summed.cache_saved_usage == recorded.cache_saved_usage
+    assert summed.cache_saved_dollars == recorded.cache_saved_dollars
+
+
 def test_answer_that_no_longer_parses_is_not_replayed(fake: FakeBackend, builds: list[int]) -> None:
     df = _frame(6)
     first = df.llm.filter("Is {review} great?")

@@ -61,7 +61,9 @@ class Serving:
     (:func:`~semframe.core.parse.accept`) is the answer of row ``position``.
     The answers are kept as columns (:meth:`answered`, :meth:`into`); it
     counts the rows served, sums their stored usage and lists the positions of
-    those last used before ``stale_before``.
+    those last used before ``stale_before``. Without ``usage``, the entries
+    were read without their usage (``text, tokens, last used, key``; a
+    re-run whose call entry records it) and none is summed.
 
     Examples
     --------
@@ -75,10 +77,23 @@ class Serving:
     Usage(prompt_tokens=9, cached_tokens=4, cache_write_tokens=0, output_tokens=2)
     """
 
-    __slots__ = ("_usage", "logprobs", "parse", "raws", "rows", "stale", "stale_before", "values")
+    __slots__ = (
+        "_usage",
+        "logprobs",
+        "parse",
+        "raws",
+        "rows",
+        "stale",
+        "stale_before",
+        "usage_read",
+        "values",
+    )
 
-    def __init__(self, parse: Callable[[str], Any], n: int, stale_before: float) -> None:
+    def __init__(
+        self, parse: Callable[[str], Any], n: int, stale_before: float, *, usage: bool = True
+    ) -> None:
         self.parse = parse
+        self.usage_read = usage
         self.values: list[Any] = [None] * n
         self.raws: list[str | None] = [None] * n
         self.logprobs: list[tuple[TokenLogprob, ...] | None] | None = None  # made when needed
@@ -106,8 +121,12 @@ class Serving:
         values, raws, parse, stale_before = self.values, self.raws, self.parse, self.stale_before
         p = c = w = o = 0
         plain = parse is TEXT.parse  # free text: the answer stripped is its value
+        lean = not self.usage_read
         for i, row in pairs:
-            text, tokens, prompt, cached, written, output, used, _ = row
+            if lean:
+                text, tokens, used, _ = row
+            else:
+                text, tokens, prompt, cached, written, output, used, _ = row
             stripped = text.strip()
             if not stripped:
                 continue
@@ -126,6 +145,8 @@ class Serving:
             served += 1
             if used < stale_before:
                 stale.append(i)
+            if lean:
+                continue
             p += prompt
             c += cached
             w += written

@@ -360,7 +360,11 @@ def run_call(
             )
         if cache is not None and keys is not None and key is not None:
             # A call with a fingerprint is deterministic: every request has a key.
-            info = {"expected_hit_rate": stats.expected_hit_rate, "batch": stats.batch}
+            info = {
+                "expected_hit_rate": stats.expected_hit_rate,
+                "batch": stats.batch,
+                "usage": _paid(stats),
+            }
             cache.put_call(key, keys, info, order=plan.ordering.inverse())
     finally:
         if cache is not None:
@@ -385,20 +389,21 @@ def replay(
     start = time.monotonic()
     rq = source.relquery
     n = rq.table.n_rows
-    serving = Serving(rq.output.parse, n, cache.clock() - TOUCH_SECONDS)
     try:
         entry = cache.call_entry(key)
         if entry is None or len(entry[0]) != n * KEY_BYTES:
             return None
         keys, info = Keys(entry[0]), entry[1]
-        with without_gc():  # an outcome per row, and the entries read: no cycle among them
-            if not cache.read_answers(keys.joined(), serving.take):
+        paid = _recorded_usage(info)
+        serving = Serving(rq.output.parse, n, cache.clock() - TOUCH_SECONDS, usage=paid is None)
+        with without_gc():  # the entries read and the answers: no cycle among them
+            if not cache.read_answers(keys.joined(), serving.take, usage=paid is None):
                 return None
     except sqlite3.Error:
         return None
     if serving.rows != n:
         return None  # a row's answer is not stored, or no longer parses
-    usage = serving.usage
+    usage = serving.usage if paid is None else paid
     with contextlib.suppress(sqlite3.Error):
         cache.touch(dict.fromkeys(cast("str", keys[i]) for i in serving.stale))
         cache.touch_call(key)
@@ -424,9 +429,44 @@ def replay(
         batch=batch,
         cache_hits=n,
         cache_saved_dollars=backend.cost.bill(usage, batch=batch),
+        cache_saved_usage=usage,
     )
     record_run(stats)
     return serving.answered(), stats
+
+
+def _recorded_usage(info: Mapping[str, Any]) -> Usage | None:
+    """The usage a call entry records its rows were paid for; ``None`` when it records none.
+
+    Entries written before the usage was recorded (or damaged) have none: a
+    re-run then sums each row's stored usage.
+
+    Examples
+    --------
+    >>> _recorded_usage({"usage": [90, 40, 0, 12]})
+    Usage(prompt_tokens=90, cached_tokens=40, cache_write_tokens=0, output_tokens=12)
+    >>> _recorded_usage({"expected_hit_rate": 0.5}) is None
+    True
+    """
+    got = info.get("usage")
+    if (
+        not isinstance(got, list)
+        or len(got) != len(Usage._fields)
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in got)
+    ):
+        return None
+    return Usage(*got)
+
+
+def _paid(stats: RunStats) -> list[int]:
+    """What a run's rows were paid for: its sent usage plus its served rows' (a call entry's)."""
+    saved = stats.cache_saved_usage
+    return [
+        stats.prompt_tokens + saved.prompt_tokens,
+        stats.cached_tokens + saved.cached_tokens,
+        stats.cache_write_tokens + saved.cache_write_tokens,
+        stats.output_tokens + saved.output_tokens,
+    ]
 
 
 def uncached_part(plan: Plan, settings: Mapping[str, Any]) -> tuple[Plan, int]:

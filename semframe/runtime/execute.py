@@ -171,6 +171,7 @@ def run_stats(
         batch=batch,
         cache_hits=totals.cache_hits,
         cache_saved_dollars=bill(totals.saved, batch=batch),
+        cache_saved_usage=totals.saved,
         unconfirmed=totals.unconfirmed,
         unconfirmed_tokens=lost.prompt_tokens + lost.output_tokens,
         unconfirmed_dollars=bill(lost, batch=batch) if totals.unconfirmed else None,

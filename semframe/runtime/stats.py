@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from semframe.core.display import html_table
+from semframe.core.wire import Usage
 from semframe.errors import plural
 
 __all__ = [
@@ -77,8 +78,9 @@ class RunStats:
 
     Token figures are what the backend reported, summed over every attempt;
     rows served from the result cache send nothing and count in ``cache_hits``
-    only (``cache_saved_dollars`` is what their stored usage would have cost;
-    ``None`` where the model has no price).
+    only (``cache_saved_usage`` is the usage they were first paid for, and
+    ``cache_saved_dollars`` what it would cost now; ``None`` where the model
+    has no price).
 
     A request whose answer was lost after it reached the provider (a dropped
     connection, a truncated body, a read timeout) may have been billed with no
@@ -128,6 +130,7 @@ class RunStats:
     paced_seconds: float = 0.0
     replicas: tuple[ReplicaStats, ...] = ()
     calibration: int = 0
+    cache_saved_usage: Usage = field(default_factory=Usage)
 
     @property
     def cached_share(self) -> float:
