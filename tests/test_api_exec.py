@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,55 @@ def test_warm_start_in_the_estimators_replay() -> None:
         assert at_zero == ([0] if warm else [0, 3, 6])
         assert end == (3.0 if warm else 2.0)  # one more round trip
         assert sorted(r for _, r in sent) == list(range(9))
+
+
+def _recorder(into: list[tuple[int, float]]) -> Callable[[int, float], None]:
+    """A replay callback that records ``(request, time)``."""
+
+    def record(request: int, at: float) -> None:
+        into.append((request, at))
+
+    return record
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=12),
+    workers=st.integers(1, 5),
+    latency=st.sampled_from([0.0, 0.5, 1.0, 3.0]),
+    send_s=st.sampled_from([0.0, 0.01, 0.4]),
+    receive_s=st.sampled_from([0.0, 0.02, 0.7]),
+    warm=st.booleans(),
+)
+def test_the_estimators_replay_is_the_same_with_and_without_arrivals_watched(
+    sizes: list[int], workers: int, latency: float, send_s: float, receive_s: float, warm: bool
+) -> None:
+    """Unwatched, an arrival goes straight to its completion: the same completions and end."""
+    from semframe.cost.simulate import simulate_async
+
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    groups = [(a, a + k) for a, k in zip(starts, sizes, strict=True)]
+    n = groups[-1][1]
+    runs: list[tuple[float, list[tuple[int, float]], list[tuple[int, float]]]] = []
+    for watch in (True, False):
+        arrived: list[tuple[int, float]] = []
+        done: list[tuple[int, float]] = []
+        end = simulate_async(
+            groups,
+            n,
+            workers,
+            latency,
+            send_s,
+            _recorder(arrived) if watch else None,
+            _recorder(done),
+            receive_s=receive_s,
+            warm=warm,
+        )
+        runs.append((end, arrived, done))
+    (end, arrived, done), (end_alone, _, done_alone) = runs
+    assert (end, done) == (end_alone, done_alone)
+    assert sorted(r for r, _ in arrived) == sorted(r for r, _ in done) == list(range(n))
+    assert all(t_done == t + latency for (_, t), (_, t_done) in zip(arrived, done, strict=True))
 
 
 @settings(max_examples=60, deadline=None)

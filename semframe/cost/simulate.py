@@ -272,10 +272,13 @@ def simulate_async(  # noqa: PLR0917
     idle = workers
     end = 0.0
     warming = warm and len(starts) > 1  # until the first request is answered
-
-    def fill(now: float) -> None:
-        nonlocal idle, client_free
-        while idle > 0 and not (warming and nxt[0] > starts[0]):
+    # Without ``on_arrive`` an arrival only becomes its completion, ``latency`` later:
+    # it goes to the completions at once (they stay in time order, as arrivals do).
+    direct = on_arrive is None
+    now = 0.0
+    refill = True  # at the start, and after each completion: send what may be sent
+    while True:
+        while refill and idle > 0 and not (warming and nxt[0] > starts[0]):
             while open_ and nxt[open_[0]] >= stops[open_[0]]:
                 open_.popleft()
             if open_:
@@ -283,24 +286,32 @@ def simulate_async(  # noqa: PLR0917
             elif unstarted:
                 gi = unstarted.popleft()
             else:
-                return
-            nxt[gi] += 1
+                break
+            r = nxt[gi]
+            nxt[gi] = r + 1
             idle -= 1
-            client_free = max(client_free, now) + send_s
-            arrivals.append((client_free, nxt[gi] - 1))
-
-    fill(0.0)
-    while arrivals or completions:
+            if now > client_free:  # noqa: PLR1730 - max() is a call per request, twice
+                client_free = now
+            client_free += send_s
+            if direct:
+                completions.append((client_free + latency, r))
+            else:
+                arrivals.append((client_free, r))
+        refill = False
         if arrivals and (not completions or arrivals[0][0] < completions[0][0]):
             t, r = arrivals.popleft()
             if on_arrive is not None:
                 on_arrive(r, t)
             completions.append((t + latency, r))
             continue
-        t, r = completions.popleft()
+        if not completions:
+            break
+        now, r = completions.popleft()
         if on_complete is not None:
-            on_complete(r, t)
-        client_free = max(client_free, t) + receive_s
+            on_complete(r, now)
+        if now > client_free:  # noqa: PLR1730 - as above
+            client_free = now
+        client_free += receive_s
         end = client_free
         idle += 1
         if r == 0:
@@ -308,7 +319,7 @@ def simulate_async(  # noqa: PLR0917
         gi = group_of[r]
         if r == starts[gi] and nxt[gi] < stops[gi]:
             open_.append(gi)
-        fill(t)
+        refill = True
     return end
 
 
