@@ -40,6 +40,7 @@ columns, low cardinality): mean and minimum of ``PHC(GGR) / PHC(OPHR)``.
     python benchmarks/reorder.py --reference ../ggr-reference
     python benchmarks/reorder.py --units
     python benchmarks/reorder.py --sweep 40 --seed 2 --reference ../ggr-reference
+    python benchmarks/reorder.py --lookahead 64,32,0 --seed 2
     python benchmarks/reorder.py --scaling-only --scaling-shape proportional --columns 8 \\
         --scaling 1000000,3000000,10000000
 
@@ -66,6 +67,12 @@ skews, sometimes an FD), long-tail tables of 2,000 to 10,000 rows (with 0,
 50% or 95% of reviews giving one score to all four aspects), and slices of
 3 to 8 random columns and 500 to 10,000 rows of the two data
 tables. Shapes come from ``--seed``: a new seed is a new set of tables.
+
+``--lookahead 64,32,0`` makes the tables of the sweep recorded with
+``--seed`` again and orders them with GGR at each ``lookahead_cells``,
+against the reference's recorded hit rates (it is not run again), with
+OPHR's small tables: what the one-step lookahead buys and what it costs
+(``benchmarks/results/reorder_lookahead_SEED.json``).
 """
 
 from __future__ import annotations
@@ -700,6 +707,73 @@ def sweep(args: argparse.Namespace, count: int) -> None:
     print(f"wrote {out}")
 
 
+def lookahead_sweep(args: argparse.Namespace, sizes: list[int]) -> None:
+    """``--lookahead``: GGR at each lookahead size on the tables of a recorded sweep.
+
+    The tables of ``--sweep`` with ``--seed`` are made again and ordered by
+    GGR with each ``lookahead_cells`` of ``sizes`` (a warm-up, then the median
+    of 3), scored against the reference's hit rates recorded in
+    ``benchmarks/results/reorder_sweep_SEED.json`` (the reference is not run
+    again); OPHR's small tables are scored too. What the lookahead buys,
+    and what it costs (``benchmarks/results/reorder_lookahead_SEED.json``).
+    """
+    recorded = RESULTS.with_name(f"reorder_sweep_{args.seed}.json")
+    if not recorded.exists():
+        sys.exit(f"--lookahead needs {recorded}: run --sweep N --seed {args.seed} first")
+    ref = json.loads(recorded.read_text(encoding="utf-8"))["tables"]
+    data = {
+        "movies_small.csv": load_csv(DATA / "movies_small.csv"),
+        "contributions.csv": load_csv(DATA / "contributions.csv"),
+    }
+    rng = random.Random(args.seed)
+    seconds = dict.fromkeys(sizes, 0.0)
+    leads: dict[int, list[float]] = {size: [] for size in sizes}
+    for k in range(len(ref)):
+        title, table = sweep_table(rng, data)
+        if ref[k]["table"] != title:
+            sys.exit(f"table {k} is not the one recorded ({title!r}): the generator changed")
+        theirs = ref[k]["reference"]
+        for size in sizes:
+            # a warm-up, then 3 timed
+            ordering, times, _ = timed(functools.partial(ggr, table, lookahead_cells=size), 3)
+            mine = evaluate(table, ordering)
+            seconds[size] += statistics.median(times)
+            leads[size].append(min(mine.hit_rate - theirs[0], mine.hit_rate_unbounded - theirs[1]))
+    small = random.Random(0)
+    tiny = [random_small_table(small) for _ in range(args.small_tables)]
+    best = [phc(t, ophr(t)) for t in tiny]
+    rows = []
+    print(
+        f"| lookahead_cells | GGR seconds, {len(ref)} tables | below the reference | "
+        "mean lead (points) | PHC / OPHR, mean | min |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    for size in sizes:
+        ratios = [
+            phc(t, ggr(t, weigh="value", lookahead_cells=size)) / b if b else 1.0
+            for t, b in zip(tiny, best, strict=True)
+        ]
+        row: dict[str, float] = {
+            "lookahead_cells": size,
+            "seconds": seconds[size],
+            "below": sum(lead < 0 for lead in leads[size]),
+            "mean_lead": statistics.fmean(leads[size]),
+            "ophr_mean": statistics.fmean(ratios),
+            "ophr_min": min(ratios),
+        }
+        rows.append(row)
+        print(
+            f"| {size} | {row['seconds']:.2f} | {row['below']} | {100 * row['mean_lead']:.2f} | "
+            f"{row['ophr_mean']:.4f} | {row['ophr_min']:.3f} |",
+            flush=True,
+        )
+    out = args.out or RESULTS.with_name(f"reorder_lookahead_{args.seed}.json")
+    report = {"seed": args.seed, "small_tables": args.small_tables, "sizes": rows}
+    report["date"] = time.strftime("%Y-%m-%d")
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
 def parse_fds(text: str) -> list[tuple[int, int]]:
     out = []
     for part in filter(None, text.split(",")):
@@ -767,7 +841,17 @@ def main() -> None:
     parser.add_argument(
         "--sweep", type=int, default=0, help="only GGR vs the reference on N random tables"
     )
+    parser.add_argument(
+        "--lookahead",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        help="only GGR at these lookahead_cells (e.g. 64,32,0) on the tables of the sweep "
+        "recorded with --seed, against its recorded reference",
+    )
     args = parser.parse_args()
+    if args.lookahead:
+        lookahead_sweep(args, args.lookahead)
+        return
     if args.sweep:
         sweep(args, args.sweep)
         return
