@@ -387,12 +387,15 @@ def random_small_table(rng: random.Random) -> Table:
     return Table.from_columns(data)
 
 
-def quality_check(count: int, seed: int) -> dict[str, dict[str, float]]:
+def quality_check(
+    count: int, seed: int, solvers: dict[str, Callable[[Table], Ordering]] | None = None
+) -> dict[str, dict[str, float]]:
+    """PHC over OPHR's of each of ``solvers`` on ``count`` random small tables."""
     rng = random.Random(seed)
     tables = [random_small_table(rng) for _ in range(count)]
     # PHC weighs a value by its own squared length, GGR's "value" score; the
     # default (the better of two scores by prompt units served) is not aimed at PHC.
-    solvers: dict[str, Callable[[Table], Ordering]] = {
+    solvers = solvers or {
         "ggr, value score": lambda t: ggr(t, weigh="value"),
         "ggr, default (best of two scores)": ggr,
         "ggr, value score, no lookahead (the paper's greedy)": lambda t: ggr(
@@ -656,15 +659,20 @@ def sweep_table(rng: random.Random, data: dict[str, Table]) -> tuple[str, Table]
     return f"{name} rows {start}-{start + t.n_rows} of {chosen}", t
 
 
+def sweep_data() -> dict[str, Table]:
+    """The data tables the sweep slices (:func:`sweep_table`)."""
+    return {
+        "movies_small.csv": load_csv(DATA / "movies_small.csv"),
+        "contributions.csv": load_csv(DATA / "contributions.csv"),
+    }
+
+
 def sweep(args: argparse.Namespace, count: int) -> None:
     """``--sweep``: GGR against the reference on ``count`` random tables."""
     reference = find_reference(args)
     if reference is None:
         sys.exit("--sweep needs the reference (see --reference)")
-    data = {
-        "movies_small.csv": load_csv(DATA / "movies_small.csv"),
-        "contributions.csv": load_csv(DATA / "contributions.csv"),
-    }
+    data = sweep_data()
     rng = random.Random(args.seed)
     rows: list[dict[str, Any]] = []
     below = 0
@@ -721,10 +729,7 @@ def lookahead_sweep(args: argparse.Namespace, sizes: list[int]) -> None:
     if not recorded.exists():
         sys.exit(f"--lookahead needs {recorded}: run --sweep N --seed {args.seed} first")
     ref = json.loads(recorded.read_text(encoding="utf-8"))["tables"]
-    data = {
-        "movies_small.csv": load_csv(DATA / "movies_small.csv"),
-        "contributions.csv": load_csv(DATA / "contributions.csv"),
-    }
+    data = sweep_data()
     rng = random.Random(args.seed)
     seconds = dict.fromkeys(sizes, 0.0)
     leads: dict[int, list[float]] = {size: [] for size in sizes}
@@ -739,9 +744,11 @@ def lookahead_sweep(args: argparse.Namespace, sizes: list[int]) -> None:
             mine = evaluate(table, ordering)
             seconds[size] += statistics.median(times)
             leads[size].append(min(mine.hit_rate - theirs[0], mine.hit_rate_unbounded - theirs[1]))
-    small = random.Random(0)
-    tiny = [random_small_table(small) for _ in range(args.small_tables)]
-    best = [phc(t, ophr(t)) for t in tiny]
+    quality = quality_check(
+        args.small_tables,
+        0,
+        {str(size): functools.partial(ggr, weigh="value", lookahead_cells=size) for size in sizes},
+    )
     rows = []
     print(
         f"| lookahead_cells | GGR seconds, {len(ref)} tables | below the reference | "
@@ -749,17 +756,13 @@ def lookahead_sweep(args: argparse.Namespace, sizes: list[int]) -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|")
     for size in sizes:
-        ratios = [
-            phc(t, ggr(t, weigh="value", lookahead_cells=size)) / b if b else 1.0
-            for t, b in zip(tiny, best, strict=True)
-        ]
         row: dict[str, float] = {
             "lookahead_cells": size,
             "seconds": seconds[size],
             "below": sum(lead < 0 for lead in leads[size]),
             "mean_lead": statistics.fmean(leads[size]),
-            "ophr_mean": statistics.fmean(ratios),
-            "ophr_min": min(ratios),
+            "ophr_mean": quality[str(size)]["mean_ratio"],
+            "ophr_min": quality[str(size)]["min_ratio"],
         }
         rows.append(row)
         print(
