@@ -41,6 +41,7 @@ columns, low cardinality): mean and minimum of ``PHC(GGR) / PHC(OPHR)``.
     python benchmarks/reorder.py --units
     python benchmarks/reorder.py --sweep 40 --seed 2 --reference ../ggr-reference
     python benchmarks/reorder.py --lookahead 64,32,0 --seed 2
+    python benchmarks/reorder.py --exact 32,16,0 --seed 2
     python benchmarks/reorder.py --scaling-only --scaling-shape proportional --columns 8 \\
         --scaling 1000000,3000000,10000000
 
@@ -72,7 +73,9 @@ tables. Shapes come from ``--seed``: a new seed is a new set of tables.
 ``--seed`` again and orders them with GGR at each ``lookahead_cells``,
 against the reference's recorded hit rates (it is not run again), with
 OPHR's small tables: what the one-step lookahead buys and what it costs
-(``benchmarks/results/reorder_lookahead_SEED.json``).
+(``benchmarks/results/reorder_lookahead_SEED.json``). ``--exact 32,16,0``
+does the same at each ``exact_cells`` (the sub-tables the lookahead credits
+with their exact optimum; ``benchmarks/results/reorder_exact_SEED.json``).
 """
 
 from __future__ import annotations
@@ -715,15 +718,19 @@ def sweep(args: argparse.Namespace, count: int) -> None:
     print(f"wrote {out}")
 
 
-def lookahead_sweep(args: argparse.Namespace, sizes: list[int]) -> None:
-    """``--lookahead``: GGR at each lookahead size on the tables of a recorded sweep.
+def lookahead_sweep(
+    args: argparse.Namespace, sizes: list[int], param: str = "lookahead_cells"
+) -> None:
+    """``--lookahead`` (``--exact``): GGR at each size of ``param`` on a recorded sweep's tables.
 
     The tables of ``--sweep`` with ``--seed`` are made again and ordered by
-    GGR with each ``lookahead_cells`` of ``sizes`` (a warm-up, then the median
-    of 3), scored against the reference's hit rates recorded in
-    ``benchmarks/results/reorder_sweep_SEED.json`` (the reference is not run
-    again); OPHR's small tables are scored too. What the lookahead buys,
-    and what it costs (``benchmarks/results/reorder_lookahead_SEED.json``).
+    GGR with each ``lookahead_cells`` (``exact_cells``) of ``sizes`` (a
+    warm-up, then the median of 3), scored against the reference's hit rates
+    recorded in ``benchmarks/results/reorder_sweep_SEED.json`` (the reference
+    is not run again); OPHR's small tables are scored too. What the lookahead
+    (its exact scoring) buys, and what it costs
+    (``benchmarks/results/reorder_lookahead_SEED.json``,
+    ``reorder_exact_SEED.json``).
     """
     recorded = RESULTS.with_name(f"reorder_sweep_{args.seed}.json")
     if not recorded.exists():
@@ -740,24 +747,24 @@ def lookahead_sweep(args: argparse.Namespace, sizes: list[int]) -> None:
         theirs = ref[k]["reference"]
         for size in sizes:
             # a warm-up, then 3 timed
-            ordering, times, _ = timed(functools.partial(ggr, table, lookahead_cells=size), 3)
+            ordering, times, _ = timed(functools.partial(ggr, table, **{param: size}), 3)
             mine = evaluate(table, ordering)
             seconds[size] += statistics.median(times)
             leads[size].append(min(mine.hit_rate - theirs[0], mine.hit_rate_unbounded - theirs[1]))
     quality = quality_check(
         args.small_tables,
         0,
-        {str(size): functools.partial(ggr, weigh="value", lookahead_cells=size) for size in sizes},
+        {str(size): functools.partial(ggr, weigh="value", **{param: size}) for size in sizes},
     )
     rows = []
     print(
-        f"| lookahead_cells | GGR seconds, {len(ref)} tables | below the reference | "
+        f"| {param} | GGR seconds, {len(ref)} tables | below the reference | "
         "mean lead (points) | PHC / OPHR, mean | min |"
     )
     print("|---:|---:|---:|---:|---:|---:|")
     for size in sizes:
         row: dict[str, float] = {
-            "lookahead_cells": size,
+            param: size,
             "seconds": seconds[size],
             "below": sum(lead < 0 for lead in leads[size]),
             "mean_lead": statistics.fmean(leads[size]),
@@ -770,7 +777,8 @@ def lookahead_sweep(args: argparse.Namespace, sizes: list[int]) -> None:
             f"{row['ophr_mean']:.4f} | {row['ophr_min']:.3f} |",
             flush=True,
         )
-    out = args.out or RESULTS.with_name(f"reorder_lookahead_{args.seed}.json")
+    name = "lookahead" if param == "lookahead_cells" else "exact"
+    out = args.out or RESULTS.with_name(f"reorder_{name}_{args.seed}.json")
     report = {"seed": args.seed, "small_tables": args.small_tables, "sizes": rows}
     report["date"] = time.strftime("%Y-%m-%d")
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -851,9 +859,18 @@ def main() -> None:
         help="only GGR at these lookahead_cells (e.g. 64,32,0) on the tables of the sweep "
         "recorded with --seed, against its recorded reference",
     )
+    parser.add_argument(
+        "--exact",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        help="as --lookahead, at these exact_cells (e.g. 32,16,0)",
+    )
     args = parser.parse_args()
     if args.lookahead:
         lookahead_sweep(args, args.lookahead)
+        return
+    if args.exact:
+        lookahead_sweep(args, args.exact, "exact_cells")
         return
     if args.sweep:
         sweep(args, args.sweep)

@@ -126,8 +126,26 @@ def test_ggr_quality_against_ophr_on_random_small_tables() -> None:
         # The default keeps whichever of its two scores serves more prompt units.
         chosen, value = ggr(t), ggr(t, weigh="value")
         assert hit_rate(t, chosen) >= hit_rate(t, value)
-    assert min(ratios) >= 0.8
-    assert sum(ratios) / len(ratios) >= 0.97
+    # Up to 32 cells; the lookahead's rollouts credit sub-tables of up to 16 cells
+    # with their exact optimum: on these tables that reaches OPHR's (the benchmark's
+    # 500 as well); without it the worst was 0.964 of optimal.
+    assert min(ratios) == 1.0
+    assert ratios == [1.0] * len(ratios)
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=tables(max_rows=4, max_cols=4))
+def test_ggr_is_exact_on_tables_within_exact_cells(t: Table) -> None:
+    # 16 cells at most: every sub-table the lookahead scores is solved exactly, so
+    # the value score's ordering reaches OPHR's PHC (high-cardinality columns kept
+    # in the recursion, as OPHR keeps them).
+    best = phc(t, ophr(t))
+    assert phc(t, ggr(t, weigh="value", high_cardinality=None)) == best
+    # Smaller exact limits stay valid orderings and never beat the optimum.
+    for cells in (0, 4, 8):
+        o = ggr(t, weigh="value", high_cardinality=None, exact_cells=cells)
+        assert is_valid(t, o)
+        assert phc(t, o) <= best
 
 
 # -- the paper's case studies (Figure 1) -------------------------------------------
@@ -331,6 +349,9 @@ def test_given_fds_are_checked_and_used() -> None:
         {"high_cardinality": 0.0},
         {"high_cardinality": 1.5},
         {"lookahead_cells": -1},
+        {"exact_cells": -1},
+        {"exact_cells": 49},
+        {"exact_cells": 8.0},
     ],
 )
 def test_invalid_options_are_rejected(kwargs: dict[str, float]) -> None:

@@ -22,7 +22,10 @@ What semframe adds to the paper's greedy:
   cells): each candidate group is scored by a rollout, its own PHC plus what
   the plain greedy reaches afterwards on ``R_v`` and on the other rows. This
   fixes the greedy's typical mistake, a group that takes rows away from a
-  better pair of groups. ``lookahead_cells=0`` is the paper's greedy.
+  better pair of groups. A rollout's sub-tables of at most ``exact_cells``
+  cells are credited with their exact optimum (OPHR's recursion, memoized)
+  instead of the greedy's, so a table that small is solved exactly.
+  ``lookahead_cells=0`` is the paper's greedy.
 - **High-cardinality columns** (more than ``high_cardinality * n`` distinct
   values) stay out of the recursion and go last, ordered by statistics; they
   are recursed into only where every other column is already in the prefix.
@@ -102,12 +105,19 @@ WEIGHS = ("best", "value", "segment")
 DEFAULT_LOOKAHEAD_CELLS = 64
 """Sub-tables up to this many cells are solved with a one-step lookahead."""
 
+DEFAULT_EXACT_CELLS = 16
+"""The lookahead credits a candidate's sub-tables of up to this many cells with their exact
+optimum (OPHR's recursion), larger ones with what the plain greedy reaches."""
+
 _FD_BUDGET = 300_000_000
 """Most cell comparisons spent discovering functional dependencies."""
 
 _SETTLE = True
 """Whether :meth:`_Solver._settled` settles the groups that need no search together
 (off: each runs its own :class:`_Small`, with the same result; tests compare the two)."""
+
+_MAX_EXACT_CELLS = 48
+"""The largest ``exact_cells`` accepted (OPHR's own default limit)."""
 
 _PYTHON_CELLS = 256
 """Sub-tables up to this many cells run in plain Python (numpy's per-call cost
@@ -198,6 +208,7 @@ class _Solver:
         max_groups: int | None,
         min_hitcount: float,
         lookahead_cells: int,
+        exact_cells: int = DEFAULT_EXACT_CELLS,
         weigh: str = "value",
     ) -> None:
         self.enc = enc
@@ -205,6 +216,7 @@ class _Solver:
         self.max_groups = max_groups
         self.min_hitcount = min_hitcount
         self.lookahead_cells = lookahead_cells
+        self.exact_cells = exact_cells
         m = enc.n_columns
         rank = layout.rank
         cards = list(enc.cardinalities)
@@ -628,7 +640,8 @@ class _Small:
     the numpy path, except in sub-tables of at most ``lookahead_cells`` cells:
     there every pick is chosen by a rollout, the PHC of the group plus what the
     plain greedy reaches on the group's rows (without its column) and on the
-    other rows.
+    other rows; of those, sub-tables of at most ``exact_cells`` cells are
+    credited with their exact optimum (:meth:`_exact_value`).
     """
 
     def __init__(self, solver: _Solver, node: _Node) -> None:
@@ -646,6 +659,7 @@ class _Small:
         self._mask_of: dict[int, dict[int, int]] = {}
         self._scans: dict[tuple[int, ...], list[tuple[int, list[tuple[int, int, float]]]]] = {}
         self.memo: dict[tuple[int, tuple[int, ...]], float] = {}
+        self.exact_memo: dict[tuple[int, tuple[int, ...]], float] = {}
         self.groups_memo: dict[tuple[int, tuple[int, ...]], list[_Group]] = {}
 
     def solve(self) -> list[_Node | _Emit]:
@@ -762,8 +776,17 @@ class _Small:
             rest.append(c)
         return tuple(rest), value
 
+    def _value(self, rows: int, cols: tuple[int, ...]) -> float:
+        """What the lookahead credits a sub-table: exact where it is small, else the greedy's."""
+        if rows.bit_count() * len(cols) <= self.solver.exact_cells:
+            return self._exact_value(rows, cols)
+        return self._greedy_value(rows, cols)
+
     def _greedy_value(self, rows: int, cols: tuple[int, ...]) -> float:
-        """PHC the plain greedy reaches on a sub-table (no tail, no limits but min_hitcount)."""
+        """PHC the plain greedy reaches on a sub-table (no tail, no limits but min_hitcount).
+
+        A picked group's own rows are credited with :meth:`_value`.
+        """
         if rows.bit_count() < 2 or not cols:
             return 0.0
         key = (rows, cols)
@@ -781,9 +804,40 @@ class _Small:
                 break
             _, c, code, members = best
             value += self.sq[code] * (members.bit_count() - 1)
-            value += self._greedy_value(members, tuple(x for x in cols_left if x != c))
+            value += self._value(members, tuple(x for x in cols_left if x != c))
             left &= ~members
         self.memo[key] = value
+        return value
+
+    def _exact_value(self, rows: int, cols: tuple[int, ...]) -> float:
+        """The best PHC of a sub-table, by OPHR's recursion (memoized on rows and columns).
+
+        Constant columns go first; then every group scoring above
+        ``min_hitcount`` is tried: its rows first, without its column, then
+        the other rows with every column. Exponential: only for sub-tables of
+        at most ``exact_cells`` cells.
+        """
+        if rows.bit_count() < 2 or not cols:
+            return 0.0
+        key = (rows, cols)
+        got = self.exact_memo.get(key)
+        if got is not None:
+            return got
+        cols_left, value = self._strip_mask(rows, cols)
+        best = 0.0
+        if cols_left:
+            min_hitcount = self.solver.min_hitcount
+            for hc, c, code, members in self._groups(rows, cols_left):
+                if hc <= min_hitcount:
+                    continue
+                gain = (
+                    self.sq[code] * (members.bit_count() - 1)
+                    + self._exact_value(members, tuple(x for x in cols_left if x != c))
+                    + self._exact_value(rows & ~members, cols_left)
+                )
+                best = max(best, gain)
+        value += best
+        self.exact_memo[key] = value
         return value
 
     def _into(
@@ -909,8 +963,8 @@ class _Small:
                 hc, c, code, members = cand
                 estimate = (
                     self.sq[code] * (members.bit_count() - 1)
-                    + self._greedy_value(members, tuple(x for x in cols if x != c))
-                    + self._greedy_value(left & ~members, cols)
+                    + self._value(members, tuple(x for x in cols if x != c))
+                    + self._value(left & ~members, cols)
                 )
                 if best_key is None or (estimate, hc) > best_key:
                     best_key, best = (estimate, hc), cand
@@ -957,6 +1011,7 @@ def _check_params(
     high_cardinality: float | None,
     lookahead_cells: int,
     *,
+    exact_cells: int = DEFAULT_EXACT_CELLS,
     weigh: str = "best",
 ) -> None:
     if weigh not in WEIGHS:
@@ -964,6 +1019,12 @@ def _check_params(
         raise ConfigError(msg)
     if not isinstance(lookahead_cells, int) or lookahead_cells < 0:
         msg = f"lookahead_cells must be an int >= 0, got {lookahead_cells!r}."
+        raise ConfigError(msg)
+    if not isinstance(exact_cells, int) or not 0 <= exact_cells <= _MAX_EXACT_CELLS:
+        msg = (
+            f"exact_cells must be an int from 0 to {_MAX_EXACT_CELLS} (the exact search is "
+            f"exponential in it), got {exact_cells!r}."
+        )
         raise ConfigError(msg)
     if max_depth is not None and (not isinstance(max_depth, int) or max_depth < 0):
         msg = f"max_depth must be an int >= 0 or None, got {max_depth!r}."
@@ -1191,6 +1252,7 @@ def ggr_encoded(
     min_hitcount: float = 0.0,
     high_cardinality: float | None = DEFAULT_HIGH_CARDINALITY,
     lookahead_cells: int = DEFAULT_LOOKAHEAD_CELLS,
+    exact_cells: int = DEFAULT_EXACT_CELLS,
     weigh: str = "best",
     objective: Objective | None = None,
 ) -> Ordering:
@@ -1200,7 +1262,13 @@ def ggr_encoded(
     :class:`Objective`); ``None`` counts segment units.
     """
     _check_params(
-        max_depth, max_groups, min_hitcount, high_cardinality, lookahead_cells, weigh=weigh
+        max_depth,
+        max_groups,
+        min_hitcount,
+        high_cardinality,
+        lookahead_cells,
+        exact_cells=exact_cells,
+        weigh=weigh,
     )
     if enc.n_rows == 0:
         return Ordering((), ())
@@ -1223,6 +1291,7 @@ def ggr_encoded(
             max_groups=max_groups,
             min_hitcount=float(min_hitcount),
             lookahead_cells=lookahead_cells,
+            exact_cells=exact_cells,
             weigh=w,
         )
         gathered = solver.run()
@@ -1279,6 +1348,7 @@ def ggr(
     min_hitcount: float = 0.0,
     high_cardinality: float | None = DEFAULT_HIGH_CARDINALITY,
     lookahead_cells: int = DEFAULT_LOOKAHEAD_CELLS,
+    exact_cells: int = DEFAULT_EXACT_CELLS,
     tokenizer: Tokenizer | None = None,
     weigh: str = "best",
     granularity: Granularity | None = None,
@@ -1318,6 +1388,12 @@ def ggr(
         solved with a one-step lookahead: each candidate group is scored by the
         PHC the plain greedy reaches after picking it, not by its HITCOUNT
         alone. ``0`` runs the paper's plain greedy everywhere.
+    exact_cells : int
+        In the lookahead, sub-tables of at most this many cells are credited
+        with their exact optimum (OPHR's recursion) rather than the greedy's
+        (16 by default, at most 48: the search is exponential). A table of
+        at most this many cells is ordered optimally for ``weigh="value"``
+        (with ``high_cardinality=None``). ``0``: the greedy's everywhere.
     tokenizer : callable, optional
         Token count of a string: lengths are tokens instead of characters.
     weigh : {"best", "value", "segment"}
@@ -1371,6 +1447,7 @@ def ggr(
         min_hitcount=min_hitcount,
         high_cardinality=high_cardinality,
         lookahead_cells=lookahead_cells,
+        exact_cells=exact_cells,
         weigh=weigh,
         objective=None if granularity is None else Objective(granularity, tokenizer, head),
     )
