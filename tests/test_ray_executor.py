@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import semframe
-from semframe.backends import BACKENDS, register_backend, reset_backends
+from semframe.backends import BACKENDS, get_backend, register_backend, reset_backends
 from semframe.backends.fake import FakeBackend
 from semframe.cost.models import LatencyModel
-from semframe.errors import ConfigError
+from semframe.errors import BudgetExceeded, ConfigError
 from semframe.operators.common import compile_call
 from semframe.testing.emulator import Latency, ProviderEmulator, default_responder
 
@@ -260,6 +260,103 @@ def test_a_killed_fake_replica_hands_its_rows_to_the_other() -> None:
     stats = semframe.last_run()
     assert stats is not None and stats.replicas[1].died
     assert stats.replicas[0].rows + stats.replicas[1].rows == 60
+
+
+@pytest.fixture
+def pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards sent in pieces of 4 requests, then 8 (the sizes a table of millions gets)."""
+    monkeypatch.setattr(ray_executor, "CHUNK_FIRST", 4)
+    monkeypatch.setattr(ray_executor, "CHUNK_MOST", 8)
+
+
+@pytest.mark.usefixtures("pieces")
+def test_a_shard_in_pieces_gives_the_same_answers_each_group_on_one_replica() -> None:
+    register_backend("pid", _pid_backend)
+    df = _movies(60, movies=6)
+    df.index = [i % 9 for i in range(60)]
+    remote = df.llm.map(TEMPLATE, backend="fake", cache=False, **RAY)
+    stats = semframe.last_run()
+    assert stats is not None and sum(r.rows for r in stats.replicas) == 60
+    assert stats.requests == 60  # every row sent once, over several pieces each
+    pd.testing.assert_frame_equal(remote, df.llm.map(TEMPLATE, backend="fake", cache=False))
+    out = df.llm.map(TEMPLATE, backend="pid", cache=False, **RAY)
+    assert (out.groupby("movie")["llm_output"].nunique() == 1).all()
+
+
+@pytest.mark.usefixtures("pieces")
+def test_a_replica_killed_between_pieces_hands_the_rest_to_the_other() -> None:
+    register_backend(
+        "slow",
+        lambda model, settings: FakeBackend(model=model or "slow", delay=0.05),
+    )
+    df = _movies(60, movies=6)
+    want = df.llm.map(TEMPLATE, backend="fake", cache=False)
+    settings = {"backend": "slow", "model": "fake-model", "cache": False, **RAY}
+    df.iloc[:2].llm.map(TEMPLATE, **settings)  # the replicas are up
+    started = time.monotonic()
+    # 30 rows each, 0.05 s a row, in pieces of 4, 8, 8, 8 and 2: killed in the second
+    watcher = _kill_when(lambda: time.monotonic() - started > 0.5, replica=1)
+    got = df.llm.map(TEMPLATE, **settings)
+    watcher.join()
+    pd.testing.assert_frame_equal(got, want)
+    stats = semframe.last_run()
+    assert stats is not None and stats.replicas[1].died
+    assert stats.replicas[0].rows + stats.replicas[1].rows == 60
+    assert stats.replicas[1].rows < 30
+
+
+@pytest.mark.usefixtures("pieces")
+def test_a_budget_stop_sends_no_later_piece() -> None:
+    register_backend(
+        "slow",
+        lambda model, settings: FakeBackend(model=model or "slow", delay=0.02),
+    )
+    one = {**RAY, "replicas": 1}
+    df = _movies(80)
+    df.iloc[:2].llm.map(TEMPLATE, backend="slow", model="fake-model", cache=False, **one)
+    call = compile_call(df, TEMPLATE, op="map", backend="slow", model="fake-model", **one)
+    backend = get_backend("slow", model="fake-model", settings=call.settings)
+
+    def stop(spent: object, answered: int, in_flight: int) -> bool:
+        return answered >= 10
+
+    with pytest.raises(BudgetExceeded) as info:
+        ray_executor.execute_ray(call.plan, backend, call.settings, stop_when=stop)
+    outcomes = info.value.outcomes
+    assert outcomes is not None and len(outcomes) == 80
+    sent = [o for o in outcomes if o is not None]
+    # Stopped in the second piece (pieces of 4, then 8): what was in flight is kept,
+    # the rest of that piece is not sent, and no piece after it goes out.
+    assert 10 <= len(sent) <= 12
+    assert all(o.ok for o in sent)
+    assert info.value.stats is not None and info.value.stats.requests == len(sent)
+    # The stop holds for that run only: the next one runs whole on the same replica.
+    again = df.llm.map(TEMPLATE, backend="slow", model="fake-model", cache=False, **one)
+    assert again["llm_output"].notna().all()
+
+
+def test_pieces_cover_the_shard_and_cut_at_group_boundaries() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        groups = np.repeat(np.arange(40), rng.integers(1, 12, 40))[: rng.integers(0, 300)]
+        first, most = int(rng.integers(1, 10)), int(rng.integers(1, 30))
+        bounds = ray_executor.piece_bounds(groups, first, most)
+        if groups.size == 0:
+            assert bounds == []
+            continue
+        assert bounds[0][0] == 0 and bounds[-1][1] == groups.size
+        assert all(a < b for a, b in bounds)
+        assert all(bounds[k][1] == bounds[k + 1][0] for k in range(len(bounds) - 1))
+        size = first
+        for lo, hi in bounds[:-1]:
+            assert hi >= lo + size  # never smaller than its size
+            at_boundary = groups[hi] != groups[hi - 1]
+            # cut where a group begins, or inside a group running on past ``most``
+            assert at_boundary or hi == lo + size
+            assert hi - lo <= size + most
+            size = min(2 * size, most)
 
 
 def test_bad_input_fails_before_anything_is_sent(fake: FakeBackend) -> None:

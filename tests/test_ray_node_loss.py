@@ -164,17 +164,22 @@ class _Actor:
     def options(self, **kwargs: object) -> _Actor:
         return self
 
-    def remote(self, shard: object, settings: object, *, completions: bool) -> Iterator[object]:
+    def remote(
+        self, shard: object, settings: object, *, completions: bool, token: str, warm: bool
+    ) -> Iterator[object]:
         return iter(self._refs)
 
 
 class _Ray:
-    """The part of ``ray`` a pump uses: ``get``, ``kill`` and the exceptions."""
+    """The part of ``ray`` a feeder uses: ``put``, ``get``, ``kill`` and the exceptions."""
 
     exceptions = ray.exceptions
 
     def __init__(self) -> None:
         self.killed: list[object] = []
+
+    def put(self, value: object) -> object:
+        return value
 
     def get(self, ref: object) -> object:
         if isinstance(ref, BaseException):
@@ -185,20 +190,24 @@ class _Ray:
         self.killed.append(actor)
 
 
-def test_a_batch_lost_with_its_node_counts_as_the_replica_dying() -> None:
+def test_a_batch_lost_with_its_node_counts_as_the_replica_dying(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A batch of answers over Ray's inline limit lives on the replica's node: lost with it.
 
-    The pump reports the replica dead (its rows go to the others) and kills it,
-    so that, were it still alive, it sends nothing more; before, the whole run
-    failed with the ObjectLostError.
+    The feeder reports the replica dead (its rows go to the others) and kills it,
+    so that, were it still alive, it sends nothing more; its later pieces are
+    reported unsent. Before, the whole run failed with the ObjectLostError.
     """
+    monkeypatch.setattr(ray_executor.Shard, "of", lambda plan, ids: ids)
     lost = ray.exceptions.ObjectReconstructionFailedError("ab" * 14)
     actor = _Actor([["first batch"], lost, ["never read"]])
     stub = _Ray()
     run = ray_executor._Run(stub, plan=None, actors=[actor])  # type: ignore[arg-type]
-    run._pump(0, actor, shard=None)  # type: ignore[arg-type]
-    events = [run.events.get_nowait() for _ in range(2)]
+    run._feed([(0, (0, 1)), (1, (2,)), (2, (3,))], actor)
+    events = [run.events.get_nowait() for _ in range(4)]
     assert events[0] == ("answers", 0, ["first batch"])
     assert events[1][:2] == ("died", 0) and events[1][2] is lost
+    assert events[2:] == [("unsent", 1, None), ("unsent", 2, None)]
     assert run.events.empty()
     assert stub.killed == [actor]

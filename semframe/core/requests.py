@@ -31,6 +31,7 @@ __all__ = [
     "Requests",
     "bytes_of",
     "chars_of",
+    "group_ids_of",
     "ids_of",
     "prompts_of",
     "rows_of",
@@ -414,6 +415,19 @@ def rows_of(requests: Sequence[Request]) -> IntArray:
     if isinstance(requests, Requests):
         return requests.rows
     return np.fromiter((r.row for r in requests), np.int64, len(requests))
+
+
+def group_ids_of(requests: Sequence[Request]) -> IntArray:
+    """Each request's prefix group (nothing rendered).
+
+    Examples
+    --------
+    >>> group_ids_of([Request(0, 5, "p", None, 8, 0.0, None, 3)]).tolist()
+    [3]
+    """
+    if isinstance(requests, Requests):
+        return requests.groups
+    return np.fromiter((r.group for r in requests), np.int64, len(requests))
 
 
 def bytes_of(requests: Sequence[Request]) -> IntArray:

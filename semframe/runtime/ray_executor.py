@@ -46,16 +46,20 @@ import queue
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
+
+import numpy as np
+from numpy.typing import NDArray
 
 from semframe.backends import BACKENDS, get_backend, register_backend
 from semframe.backends.base import AsyncBackend, Backend, Capabilities
 from semframe.cache.store import ResultCache
 from semframe.config import ResolvedConfig
 from semframe.core.plan import Plan, groups_of
-from semframe.core.requests import ids_of, subset
+from semframe.core.requests import group_ids_of, ids_of, subset
 from semframe.core.wire import Completion, Outcome, Request, Usage
 from semframe.cost.models import CostModel, warm_start
 from semframe.errors import (
@@ -111,6 +115,20 @@ GATHER_S = 0.01
 
 START_TIMEOUT_S = 600.0
 """How long replicas may take to start (an engine loading its model) before the run fails."""
+
+CHUNK_FIRST = 4096
+"""Requests in the first piece of a replica's shard (the pieces after it double, to
+:data:`CHUNK_MOST`).
+
+A replica starts on its first piece while the driver packs the next: packing,
+pickling and unpickling a 500,000-request shard whole took about a second
+before the replica's first request."""
+
+CHUNK_MOST = 65_536
+"""The most requests in one piece of a replica's shard."""
+
+_TOKENS_KEPT = 64
+"""Runs whose stop flag a replica remembers (the latest)."""
 
 
 def require_ray() -> Any:
@@ -219,7 +237,18 @@ class Replica:
             register_backend(name, spec)
         self.index = index
         self.backend = get_backend(name, model=settings["model"], settings=settings)
-        self._stop = threading.Event()
+        self._halts: OrderedDict[str, threading.Event] = OrderedDict()
+        self._halts_lock = threading.Lock()
+
+    def _halt(self, token: str) -> threading.Event:
+        """The stop flag of the driver's run ``token`` (made on first use; the latest kept)."""
+        with self._halts_lock:
+            flag = self._halts.get(token)
+            if flag is None:
+                flag = self._halts[token] = threading.Event()
+                while len(self._halts) > _TOKENS_KEPT:
+                    self._halts.popitem(last=False)
+            return flag
 
     def info(self) -> tuple[int, str]:
         """Its process id and Ray node id (a liveness check)."""
@@ -228,12 +257,21 @@ class Replica:
             node = str(require_ray().get_runtime_context().get_node_id())
         return os.getpid(), node
 
-    def stop(self) -> None:
-        """Send nothing more in the current run (requests in flight complete)."""
-        self._stop.set()
+    def stop(self, token: str = "") -> None:
+        """Send nothing more in the driver's run ``token`` (requests in flight complete).
+
+        It holds for the pieces of that run still to come as well.
+        """
+        self._halt(token).set()
 
     def run(
-        self, packed: Shard, settings: ResolvedConfig, *, completions: bool
+        self,
+        packed: Shard,
+        settings: ResolvedConfig,
+        *,
+        completions: bool,
+        token: str = "",
+        warm: bool = True,
     ) -> Iterator[Answers]:
         """Execute ``packed`` with the run's ``settings``; yield its outcomes in batches.
 
@@ -241,9 +279,14 @@ class Replica:
         reads per run: concurrency, retries, rate limits, timeouts, warm start.
         Its backend was built with the pool's (they agree on what the backend
         reads: :func:`pool_key`). The answers themselves come back only with
-        ``completions`` (the driver keeps a result cache).
+        ``completions`` (the driver keeps a result cache). ``token`` names the
+        driver's run, whose pieces come one call each (:meth:`stop` stops
+        them all); ``warm=False`` leaves out the warm start (a piece after the
+        first: the engine is warm).
         """
-        self._stop.clear()
+        halt = self._halt(token)
+        if halt.is_set():
+            return  # the driver said stop before this piece started
         cfg = settings
         shard = packed.plan()
         meter = _Meter(self.backend, answers=completions)
@@ -266,8 +309,8 @@ class Replica:
                     tpm=cfg["tpm"],
                     timeout=cfg["timeout"] or self.backend.capabilities.answer_timeout,
                     row_timeout=cfg["row_timeout"],
-                    warm=warm_start(meter.cost, cfg["warm_start"]),
-                    halt=self._stop,
+                    warm=warm and warm_start(meter.cost, cfg["warm_start"]),
+                    halt=halt,
                     on_outcome=on_outcome,
                 )
             except BudgetExceeded:
@@ -615,6 +658,8 @@ class _Run:
     jobs: dict[int, _Job] = field(default_factory=dict)
     active: set[int] = field(default_factory=set)
     alive: list[int] = field(default_factory=list)
+    token: str = field(default_factory=lambda: os.urandom(8).hex())  # names this run
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def dispatch(self, ids: Sequence[int]) -> None:
         """Partition the requests ``ids`` (plan order) over the live replicas and start them."""
@@ -629,47 +674,117 @@ class _Run:
             groups = groups_of(requests)
             part = partition(requests, groups, len(self.alive), per_request=PER_REQUEST_CHARS)
             shards = part.shards
+        group_of = group_ids_of(self.plan.requests)
         for k, positions in enumerate(shards):
             if not positions:
                 continue
-            job = _Job(self.alive[k], tuple(ids[p] for p in positions))
-            number = len(self.jobs)
-            self.jobs[number] = job
-            self.active.add(number)
-            shard = Shard.of(self.plan, job.ids)
+            replica = self.alive[k]
+            mine = np.asarray([ids[p] for p in positions], dtype=np.int64)
+            pieces: list[tuple[int, tuple[int, ...]]] = []
+            for lo, hi in piece_bounds(group_of[mine], CHUNK_FIRST, CHUNK_MOST):
+                job = _Job(replica, tuple(mine[lo:hi].tolist()))
+                number = len(self.jobs)
+                self.jobs[number] = job
+                self.active.add(number)
+                pieces.append((number, job.ids))
             threading.Thread(
-                target=self._pump,
-                args=(number, self.actors[job.replica], shard),
-                name=f"semframe-ray-pump-{number}",
+                target=self._feed,
+                args=(pieces, self.actors[replica]),
+                name=f"semframe-ray-feed-{pieces[0][0]}",
                 daemon=True,
             ).start()
 
-    def _pump(self, number: int, actor: Any, shard: Shard) -> None:
+    def _feed(self, pieces: Sequence[tuple[int, tuple[int, ...]]], actor: Any) -> None:
+        """Send a replica its pieces (job number, plan positions) in turn; stream their answers.
+
+        The next piece is packed and put in the object store while the
+        replica works on the one before. When the replica dies, the piece it
+        was on is reported ``died`` and the later ones ``unsent`` (the rows of
+        both go to the others); once the run stops, later pieces are not sent.
+        """
         ray = self.ray
-        try:
-            stream = actor.run.options(num_returns="streaming").remote(
-                shard, self.settings, completions=self.completions
-            )
-            for ref in stream:
-                self.events.put(("answers", number, ray.get(ref)))
-        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
-            # The replica died (its actor killed, its node lost) or cannot be reached, or
-            # a batch of its answers was lost with its node (a batch over Ray's inline
-            # limit, 100 KiB, waits in the object store of the replica's node). It must
-            # send nothing more: its unanswered requests go to the others.
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
-            self.events.put(("died", number, exc))
-            return
-        except BaseException as exc:
-            self.events.put(("error", number, exc))
-            return
-        self.events.put(("done", number, None))
+        numbers = [number for number, _ in pieces]
+        ahead = ray.put(Shard.of(self.plan, pieces[0][1]))
+        for i, number in enumerate(numbers):
+            if self.stopping.is_set():
+                for rest in numbers[i:]:
+                    self.events.put(("done", rest, None))
+                return
+            try:
+                stream = actor.run.options(num_returns="streaming").remote(
+                    ahead,
+                    self.settings,
+                    completions=self.completions,
+                    token=self.token,
+                    warm=i == 0,
+                )
+                if i + 1 < len(numbers):
+                    ahead = ray.put(Shard.of(self.plan, pieces[i + 1][1]))
+                for ref in stream:
+                    self.events.put(("answers", number, ray.get(ref)))
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
+                # The replica died (its actor killed, its node lost) or cannot be reached,
+                # or a batch of its answers was lost with its node (a batch over Ray's
+                # inline limit, 100 KiB, waits in the object store of the replica's
+                # node). It must send nothing more: its unanswered requests, in this
+                # piece and the later ones, go to the others.
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                self.events.put(("died", number, exc))
+                for rest in numbers[i + 1 :]:
+                    self.events.put(("unsent", rest, None))
+                return
+            except BaseException as exc:
+                self.events.put(("error", number, exc))
+                for rest in numbers[i + 1 :]:
+                    self.events.put(("done", rest, None))
+                return
+            self.events.put(("done", number, None))
 
     def stop(self) -> None:
-        for number in self.active:
+        """Send nothing more: the replicas stop this run, and no further piece goes out."""
+        self.stopping.set()
+        for replica in {self.jobs[number].replica for number in self.active}:
             with contextlib.suppress(Exception):
-                self.actors[self.jobs[number].replica].stop.remote()
+                self.actors[replica].stop.remote(self.token)
+
+
+def piece_bounds(
+    groups: NDArray[np.integer[Any]], first: int = CHUNK_FIRST, most: int = CHUNK_MOST
+) -> list[tuple[int, int]]:
+    """Where a replica's shard is cut into pieces: ``(start, stop)`` of each, in order.
+
+    The pieces grow from ``first`` requests, doubling up to ``most``. A
+    piece ends at the first prefix-group boundary (``groups`` changes) at or
+    after its size, unless the group runs on for more than ``most``
+    requests past it: a group is split only where it is that large.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> piece_bounds(np.zeros(10, dtype=np.int64), first=3, most=4)
+    [(0, 3), (3, 7), (7, 10)]
+    >>> piece_bounds(np.array([0, 0, 1, 1, 1, 2, 3, 3]), first=2, most=4)
+    [(0, 2), (2, 6), (6, 8)]
+    >>> piece_bounds(np.array([0, 0, 0, 0, 0, 0, 0, 1, 1]), first=2, most=3)
+    [(0, 2), (2, 7), (7, 9)]
+    """
+    n = int(groups.size)
+    if n == 0:
+        return []
+    starts = np.flatnonzero(groups[1:] != groups[:-1]) + 1  # where a group begins
+    out: list[tuple[int, int]] = []
+    lo, size = 0, max(1, first)
+    while lo < n:
+        want = lo + size
+        if want >= n:
+            out.append((lo, n))
+            break
+        at = int(np.searchsorted(starts, want))  # the first boundary at or after ``want``
+        hi = int(starts[at]) if at < starts.size and starts[at] - want <= most else want
+        out.append((lo, hi))
+        lo, size = hi, min(size * 2, max(1, most))
+    return out
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -787,6 +902,9 @@ def execute_ray(
                             _charge_lost(totals, backend, [plan.requests[i] for i in left], window)
                         if not stopped:
                             run.dispatch(left)
+                    elif kind == "unsent":  # a later piece of a replica that died: not sent
+                        if not stopped:
+                            run.dispatch([i for i in job.ids if outcomes[i] is None])
                     elif kind == "error":
                         run.stop()
                         error = _unwrap(cast(BaseException, payload))
