@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from semframe import reorder
 from semframe.core.parse import TEXT
-from semframe.core.plan import Plan, RelQuery, make_plan
+from semframe.core.plan import Plan, RelQuery, groups_of, make_plan
+from semframe.core.requests import Requests
 from semframe.core.table import Table
 from semframe.core.template import parse_template
 from semframe.serving.partition import (
@@ -90,6 +91,29 @@ def test_every_request_once_groups_whole_loads_balanced(
         split = request_splitter(plan.requests)
         heavy = [u for us in part.units for u in us if u.work(per_request) > 0]
         assert all(split(u) is None for u in heavy if u.work(per_request) >= largest)
+
+
+@settings(max_examples=150, deadline=None)
+@given(plans(), st.integers(1, 6), st.sampled_from([0.0, 50.0]), st.data())
+def test_columns_partition_as_the_rendered_requests_do(
+    plan: Plan, replicas: int, per_request: float, data: st.DataObject
+) -> None:
+    # A plan's columns are partitioned without rendering a prompt (lengths from the
+    # segments, prefixes compared by codes): the same units, splits and shards as its
+    # rendered requests, compared as text. Also for a subset in another order, as the
+    # Ray executor partitions what is left after a replica dies.
+    assert isinstance(plan.requests, Requests)
+    n = len(plan.requests)
+    picks = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
+    for columns in (plan.requests, plan.requests.take(sorted(picks)), plan.requests.take(picks)):
+        rendered = list(columns)
+        groups = groups_of(rendered)
+        assert plan_units(columns, groups) == plan_units(rendered, groups)
+        got = partition(columns, groups, replicas, per_request=per_request)
+        assert got == partition(rendered, groups, replicas, per_request=per_request)
+        split_columns, split_text = request_splitter(columns), request_splitter(rendered)
+        for unit in plan_units(rendered, groups):
+            assert split_columns(unit) == split_text(unit)
 
 
 @settings(max_examples=60, deadline=None)

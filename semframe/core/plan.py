@@ -632,6 +632,8 @@ def groups_of(requests: Sequence[Request]) -> list[PrefixGroup]:
     >>> [(g.start, g.stop) for g in groups_of(rs)]
     [(0, 2), (2, 3), (3, 4)]
     """
+    if isinstance(requests, Requests):  # columns: nothing rendered
+        return [PrefixGroup(a, b) for a, b in requests.group_bounds()]
     groups = []
     start = 0
     for k in range(1, len(requests) + 1):

@@ -228,7 +228,7 @@ def _on_replicas(  # noqa: PLR0917
 
 def _shards(plan: Plan, replicas: int) -> list[list[int]]:
     """The plan positions each replica sends, as the Ray executor partitions ``plan``."""
-    part = partition(list(plan.requests), plan.groups, replicas, per_request=PER_REQUEST_CHARS)
+    part = partition(plan.requests, plan.groups, replicas, per_request=PER_REQUEST_CHARS)
     return [list(ids) for ids in part.shards if ids]
 
 

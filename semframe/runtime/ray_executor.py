@@ -670,7 +670,7 @@ class _Run:
             raise RunAborted(msg)
         shards: Sequence[Sequence[int]] = [range(len(ids))]
         if len(self.alive) > 1:
-            requests = list(subset(self.plan.requests, ids))
+            requests = subset(self.plan.requests, ids)  # columns stay columns: no prompt rendered
             groups = groups_of(requests)
             part = partition(requests, groups, len(self.alive), per_request=PER_REQUEST_CHARS)
             shards = part.shards

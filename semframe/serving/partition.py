@@ -25,7 +25,11 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 from semframe.core.plan import PrefixGroup
+from semframe.core.requests import Requests, chars_of
 from semframe.core.wire import Request
 
 __all__ = [
@@ -284,54 +288,125 @@ def _runs(rows: Sequence[Unit], target: float, per_request: float) -> tuple[Unit
     return tuple(out)
 
 
-def _head(requests: Sequence[Request]) -> int:
-    """Characters of the instruction block every request starts with."""
-    first = requests[0]
-    return first.prefix[0][0] if first.prefix else 0
+class _View:
+    """What partitioning reads of a plan's requests, read once.
+
+    Requests made one by one are read as they are (their prompts compared
+    as text); a plan's columns (:class:`~semframe.core.requests.Requests`)
+    without rendering a prompt: lengths from the segments, and two prompts'
+    leading segments compared by their codes, which name a field and its
+    value (the same text, as the label names the field).
+    """
+
+    def __init__(self, requests: Sequence[Request]) -> None:
+        n = len(requests)
+        self.n = n
+        lengths = chars_of(requests)
+        self.cum = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.cum[1:])
+        self.columns = requests if isinstance(requests, Requests) else None
+        self.requests = requests
+        if self.columns is not None:
+            self.levels: Sequence[tuple[tuple[int, int], ...]] = self.columns.levels
+        else:
+            self.levels = [r.prefix for r in requests]
+        self.depths = np.fromiter(map(len, self.levels), np.int64, n) - 1  # deepest level held
+        self.head = self.levels[0][0][0] if n and self.levels[0] else 0
+        self.common = self._common_ends()
+
+    def level(self, i: int, depth: int) -> int | None:
+        """The end of request ``i``'s prefix level ``depth``, if it has one."""
+        prefix = self.levels[i]
+        return prefix[depth][0] if len(prefix) > depth else None
+
+    def same_level(self, i: int, j: int, depth: int) -> bool:
+        """Whether requests ``i`` and ``j`` share their prefix level ``depth``."""
+        a, b = self.levels[i], self.levels[j]
+        if len(a) <= depth or len(b) <= depth or a[depth][0] != b[depth][0]:
+            return False
+        if self.columns is not None:
+            codes = self.columns.codes
+            return bool((codes[:depth, i] == codes[:depth, j]).all())
+        end = a[depth][0]
+        return self.requests[j].prompt.startswith(self.requests[i].prompt[:end])
+
+    def chars(self, start: int, stop: int) -> int:
+        """Prompt characters of requests ``start .. stop - 1``."""
+        return int(self.cum[stop] - self.cum[start])
+
+    def reuse(self, start: int, stop: int, base: int) -> int:
+        """Characters past ``base`` that each request after ``start`` shares with the one before."""
+        if stop - start < 2:
+            return 0
+        return int(np.maximum(self.common[start + 1 : stop] - base, 0).sum())
+
+    def _common_ends(self) -> NDArray[np.int64]:
+        """Per request, where the deepest prefix level it shares with the one before ends."""
+        n = self.n
+        common = np.zeros(n, dtype=np.int64)
+        if n < 2:
+            return common
+        if self.columns is None:
+            for i in range(1, n):
+                common[i] = self._common_end_text(i)
+            return common
+        # Both hold a level: as deep as their leading segments agree, within their levels;
+        # a level ends where its segments do.
+        columns = self.columns
+        codes = columns.codes
+        agree = np.cumprod(codes[:, 1:] == codes[:, :-1], axis=0).sum(axis=0)
+        depth = np.minimum(agree, np.minimum(self.depths[1:], self.depths[:-1]))
+        ends = np.zeros((codes.shape[0] + 1, n), dtype=np.int64)
+        ends[0] = self.head
+        np.cumsum(columns.lengths[codes], axis=0, out=ends[1:])
+        ends[1:] += self.head
+        held = depth >= 0
+        at = np.flatnonzero(held) + 1
+        common[at] = ends[depth[held], at]
+        return common
+
+    def _common_end_text(self, i: int) -> int:
+        a, b = self.levels[i - 1], self.levels[i]
+        for depth in range(min(len(a), len(b)) - 1, -1, -1):
+            if self.same_level(i - 1, i, depth):
+                return a[depth][0]
+        return 0
+
+    def unit(self, start: int, stop: int, parent: Unit | None, *, depth: int) -> Unit:
+        """Requests ``start .. stop - 1`` as a unit, sharing level ``depth`` if two or more."""
+        chain = parent.chain if parent is not None else ()
+        base = self.head + sum(c for _, _, c in chain)
+        if stop - start >= 2:
+            end = self.level(start, depth)
+            if end is not None and end > base:
+                chain = (*chain, (depth, start, end - base))
+                base = end
+        rest = self.chars(start, stop) - base * (stop - start)
+        return Unit(start, stop, chain, rest, self.reuse(start, stop, base))
 
 
-def _level(request: Request, depth: int) -> int | None:
-    """The end of ``request``'s prefix level ``depth``, if it has one."""
-    return request.prefix[depth][0] if len(request.prefix) > depth else None
+def _splitter(view: _View) -> Splitter:
+    def split(unit: Unit) -> tuple[tuple[Unit, ...], bool] | None:
+        if len(unit) < 2:
+            return None
+        depth = unit.depth + 1
+        pieces: list[Unit] = []
+        start = unit.start
+        deeper = False
+        for i in range(unit.start + 1, unit.stop + 1):
+            if i < unit.stop and view.same_level(i - 1, i, depth):
+                continue
+            deeper = deeper or i - start >= 2
+            pieces.append(view.unit(start, i, unit, depth=depth))
+            start = i
+        if deeper and len(pieces) >= 2:
+            return tuple(pieces), True
+        if deeper:  # one run covering the unit: its deeper level is shared by all of it
+            return split(pieces[0])
+        rows = tuple(view.unit(i, i + 1, unit, depth=depth) for i in range(*_span(unit)))
+        return rows, False
 
-
-def _run_unit(
-    requests: Sequence[Request],
-    start: int,
-    stop: int,
-    parent: Unit | None,
-    *,
-    depth: int,
-    head: int,
-) -> Unit:
-    """The unit of ``requests[start:stop]``, sharing level ``depth`` when it has two or more."""
-    chain = parent.chain if parent is not None else ()
-    base = head + sum(c for _, _, c in chain)
-    if stop - start >= 2:
-        end = _level(requests[start], depth)
-        if end is not None and end > base:
-            chain = (*chain, (depth, start, end - base))
-            base = end
-    rest = sum(len(requests[i].prompt) for i in range(start, stop)) - base * (stop - start)
-    reuse = sum(
-        max(0, _common_end(requests[i - 1], requests[i]) - base) for i in range(start + 1, stop)
-    )
-    return Unit(start, stop, chain, rest, reuse)
-
-
-def _common_end(a: Request, b: Request) -> int:
-    """The end of the deepest prefix level ``a`` and ``b`` share (0: none)."""
-    for depth in range(min(len(a.prefix), len(b.prefix)) - 1, -1, -1):
-        if _same_level(a, b, depth):
-            return a.prefix[depth][0]
-    return 0
-
-
-def _same_level(a: Request, b: Request, depth: int) -> bool:
-    if len(a.prefix) <= depth or len(b.prefix) <= depth:
-        return False
-    end = a.prefix[depth][0]
-    return end == b.prefix[depth][0] and b.prompt.startswith(a.prompt[:end])
+    return split
 
 
 def request_splitter(requests: Sequence[Request]) -> Splitter:
@@ -341,35 +416,42 @@ def request_splitter(requests: Sequence[Request]) -> Splitter:
     prompts share the next level's prefix. A request that shares that level
     with no neighbour becomes a unit of its own.
     """
-    head = _head(requests) if requests else 0
-
-    def split(unit: Unit) -> tuple[tuple[Unit, ...], bool] | None:
-        if len(unit) < 2:
-            return None
-        depth = unit.depth + 1
-        pieces: list[Unit] = []
-        start = unit.start
-        deeper = False
-        for i in range(unit.start + 1, unit.stop + 1):
-            if i < unit.stop and _same_level(requests[i - 1], requests[i], depth):
-                continue
-            deeper = deeper or i - start >= 2
-            pieces.append(_run_unit(requests, start, i, unit, depth=depth, head=head))
-            start = i
-        if deeper and len(pieces) >= 2:
-            return tuple(pieces), True
-        if deeper:  # one run covering the unit: its deeper level is shared by all of it
-            return split(pieces[0])
-        rows = tuple(
-            _run_unit(requests, i, i + 1, unit, depth=depth, head=head) for i in range(*_span(unit))
-        )
-        return rows, False
-
-    return split
+    return _splitter(_View(requests))
 
 
 def _span(unit: Unit) -> tuple[int, int]:
     return unit.start, unit.stop
+
+
+def _units(view: _View, groups: Sequence[PrefixGroup]) -> list[Unit]:
+    if view.columns is not None and groups:
+        shared = _share_first_level(view, groups)
+    else:
+        shared = [
+            all(view.same_level(g.start, i, 1) for i in range(g.start, g.stop)) for g in groups
+        ]
+    return [
+        view.unit(g.start, g.stop, None, depth=1 if s else 0)
+        for g, s in zip(groups, shared, strict=True)
+    ]
+
+
+def _share_first_level(view: _View, groups: Sequence[PrefixGroup]) -> list[bool]:
+    """Per group, whether each of its requests shares its first's level 1 (columns)."""
+    assert view.columns is not None
+    starts = np.fromiter((g.start for g in groups), np.int64, len(groups))
+    stops = np.fromiter((g.stop for g in groups), np.int64, len(groups))
+    if not (starts[1:] == stops[:-1]).all() or starts[0] != 0 or stops[-1] != view.n:
+        return [  # groups not covering the requests in order: one by one
+            all(view.same_level(g.start, i, 1) for i in range(g.start, g.stop)) for g in groups
+        ]
+    first = np.repeat(starts, stops - starts)  # each request's group's first request
+    codes = view.columns.codes
+    same = (view.depths >= 1) & (view.depths[first] >= 1)
+    if codes.shape[0]:
+        same &= codes[0] == codes[0][first]
+    shared: list[bool] = np.logical_and.reduceat(same, starts).tolist()
+    return shared
 
 
 def plan_units(requests: Sequence[Request], groups: Sequence[PrefixGroup]) -> list[Unit]:
@@ -380,13 +462,7 @@ def plan_units(requests: Sequence[Request], groups: Sequence[PrefixGroup]) -> li
     """
     if not requests:
         return []
-    head = _head(requests)
-    units = []
-    for g in groups:
-        shared = all(_same_level(requests[g.start], requests[i], 1) for i in range(g.start, g.stop))
-        depth = 1 if shared else 0
-        units.append(_run_unit(requests, g.start, g.stop, None, depth=depth, head=head))
-    return units
+    return _units(_View(requests), groups)
 
 
 def partition(
@@ -435,10 +511,20 @@ def partition(
     >>> p.shards
     ((0, 1), (2, 3), (4, 5))
     """
-    units = plan_units(requests, groups)
+    if not requests:
+        return assign([], replicas, _no_split, per_request=per_request, tolerance=tolerance)
+    view = _View(requests)  # read once: the units and every split use it
     return assign(
-        units, replicas, request_splitter(requests), per_request=per_request, tolerance=tolerance
+        _units(view, groups),
+        replicas,
+        _splitter(view),
+        per_request=per_request,
+        tolerance=tolerance,
     )
+
+
+def _no_split(unit: Unit) -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
