@@ -699,18 +699,21 @@ class _Run:
 
         The next piece is packed and put in the object store while the
         replica works on the one before. When the replica dies, the piece it
-        was on is reported ``died`` and the later ones ``unsent`` (the rows of
-        both go to the others); once the run stops, later pieces are not sent.
+        was on is reported ``died`` with the numbers of the later ones, never
+        sent (the driver sends the rows of all of them to the others at once);
+        once the run stops, later pieces are not sent.
         """
         ray = self.ray
         numbers = [number for number, _ in pieces]
-        ahead = ray.put(Shard.of(self.plan, pieces[0][1]))
+        ahead = None
         for i, number in enumerate(numbers):
             if self.stopping.is_set():
                 for rest in numbers[i:]:
                     self.events.put(("done", rest, None))
                 return
             try:
+                if ahead is None:
+                    ahead = ray.put(Shard.of(self.plan, pieces[i][1]))
                 stream = actor.run.options(num_returns="streaming").remote(
                     ahead,
                     self.settings,
@@ -718,7 +721,8 @@ class _Run:
                     token=self.token,
                     warm=i == 0,
                 )
-                if i + 1 < len(numbers):
+                ahead = None
+                if i + 1 < len(numbers):  # packed while the replica answers this piece
                     ahead = ray.put(Shard.of(self.plan, pieces[i + 1][1]))
                 for ref in stream:
                     self.events.put(("answers", number, ray.get(ref)))
@@ -730,9 +734,7 @@ class _Run:
                 # piece and the later ones, go to the others.
                 with contextlib.suppress(Exception):
                     ray.kill(actor)
-                self.events.put(("died", number, exc))
-                for rest in numbers[i + 1 :]:
-                    self.events.put(("unsent", rest, None))
+                self.events.put(("died", number, (exc, tuple(numbers[i + 1 :]))))
                 return
             except BaseException as exc:
                 self.events.put(("error", number, exc))
@@ -900,11 +902,12 @@ def execute_ray(
                         left = [i for i in job.ids if outcomes[i] is None]
                         if backend.endpoint:
                             _charge_lost(totals, backend, [plan.requests[i] for i in left], window)
+                        # Its later pieces were never sent: their rows go along, uncharged.
+                        for later in cast(tuple[int, ...], payload[1]):
+                            run.active.discard(later)
+                            left += [i for i in run.jobs[later].ids if outcomes[i] is None]
                         if not stopped:
                             run.dispatch(left)
-                    elif kind == "unsent":  # a later piece of a replica that died: not sent
-                        if not stopped:
-                            run.dispatch([i for i in job.ids if outcomes[i] is None])
                     elif kind == "error":
                         run.stop()
                         error = _unwrap(cast(BaseException, payload))
