@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from semframe.core.ordering import Ordering
@@ -56,6 +57,8 @@ class _Same(NamedTuple):
 
     value: Any
 
+
+_ID, _OUTCOME, _KEPT, _USAGE = map(itemgetter, range(len(Answer._fields)))
 
 _PER_REQUEST = Request._fields[3:]  # what a request carries besides its ids and prompt
 
@@ -264,12 +267,14 @@ logprobs=None)], ((10,), (4,), (0,), (1,)))
         """Pack ``answers``; their completions only when ``completions``."""
         if not answers:
             return cls((), ((),) * len(Outcome._fields), ((),) * len(Usage._fields), None)
-        ids, outcomes, kept, usage = zip(*answers, strict=True)
+        # Column by column (``zip(*rows)`` took twice as long on a replica's batches).
+        outcomes = tuple(map(_OUTCOME, answers))
+        usage = tuple(map(_USAGE, answers))
         return cls(
-            ids,
-            tuple(zip(*outcomes, strict=True)),
-            tuple(zip(*usage, strict=True)),
-            kept if completions else None,
+            tuple(map(_ID, answers)),
+            tuple(tuple(map(itemgetter(k), outcomes)) for k in range(len(Outcome._fields))),
+            tuple(tuple(map(itemgetter(k), usage)) for k in range(len(Usage._fields))),
+            tuple(map(_KEPT, answers)) if completions else None,
         )
 
     def __len__(self) -> int:
