@@ -24,6 +24,7 @@ import bisect
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -425,7 +426,7 @@ def _span(unit: Unit) -> tuple[int, int]:
 
 def _units(view: _View, groups: Sequence[PrefixGroup]) -> list[Unit]:
     if view.columns is not None and groups:
-        shared = _share_first_level(view, groups)
+        shared = _share_first_level(view, view.columns.codes, groups)
     else:
         shared = [
             all(view.same_level(g.start, i, 1) for i in range(g.start, g.stop)) for g in groups
@@ -436,9 +437,10 @@ def _units(view: _View, groups: Sequence[PrefixGroup]) -> list[Unit]:
     ]
 
 
-def _share_first_level(view: _View, groups: Sequence[PrefixGroup]) -> list[bool]:
-    """Per group, whether each of its requests shares its first's level 1 (columns)."""
-    assert view.columns is not None
+def _share_first_level(
+    view: _View, codes: NDArray[np.signedinteger[Any]], groups: Sequence[PrefixGroup]
+) -> list[bool]:
+    """Per group, whether each of its requests shares its first's level 1 (the plan's ``codes``)."""
     starts = np.fromiter((g.start for g in groups), np.int64, len(groups))
     stops = np.fromiter((g.stop for g in groups), np.int64, len(groups))
     if not (starts[1:] == stops[:-1]).all() or starts[0] != 0 or stops[-1] != view.n:
@@ -446,7 +448,6 @@ def _share_first_level(view: _View, groups: Sequence[PrefixGroup]) -> list[bool]
             all(view.same_level(g.start, i, 1) for i in range(g.start, g.stop)) for g in groups
         ]
     first = np.repeat(starts, stops - starts)  # each request's group's first request
-    codes = view.columns.codes
     same = (view.depths >= 1) & (view.depths[first] >= 1)
     if codes.shape[0]:
         same &= codes[0] == codes[0][first]
