@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from semframe.core.plan import Plan, row_tails
-from semframe.core.requests import group_ids_of, prompts_of, rows_of, utf8_len
+from semframe.core.plan import Plan, groups_of, row_tails
+from semframe.core.requests import prompts_of, rows_of, subset, utf8_len
 from semframe.core.table import MISSING
 
 __all__ = [
@@ -464,11 +464,8 @@ def client_bounds(plan: Plan, ids: Sequence[int]) -> list[tuple[int, int]]:
     >>> client_bounds(plan, [1, 2, 4])
     [(0, 2), (2, 3)]
     """
-    if not len(ids):
-        return []
-    group = group_ids_of(plan.requests)[np.asarray(ids, dtype=np.int64)]  # nothing rendered
-    starts = [0, *(np.flatnonzero(group[1:] != group[:-1]) + 1).tolist()]
-    return list(zip(starts, [*starts[1:], len(ids)], strict=True))
+    # A plan's columns stay columns: no prompt is rendered.
+    return [(g.start, g.stop) for g in groups_of(subset(plan.requests, ids))]
 
 
 def simulate_clients(  # noqa: PLR0917
