@@ -243,7 +243,19 @@ def test_api_replicas_bill_what_their_estimate_says(monkeypatch: pytest.MonkeyPa
         reset_backends("anthropic")
 
 
-def test_a_killed_fake_replica_hands_its_rows_to_the_other() -> None:
+@pytest.fixture
+def pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards sent in pieces of 4 requests, then 8 (the sizes a table of millions gets)."""
+    monkeypatch.setattr(ray_executor, "CHUNK_FIRST", 4)
+    monkeypatch.setattr(ray_executor, "CHUNK_MOST", 8)
+
+
+@pytest.mark.parametrize("in_pieces", [False, True])
+def test_a_killed_fake_replica_hands_its_rows_to_the_other(
+    in_pieces: bool, request: pytest.FixtureRequest
+) -> None:
+    if in_pieces:  # 30 rows each, in pieces of 4, 8, 8, 8 and 2: killed in the second
+        request.getfixturevalue("pieces")
     register_backend(
         "slow",
         lambda model, settings: FakeBackend(model=model or "slow", delay=0.05),
@@ -260,13 +272,7 @@ def test_a_killed_fake_replica_hands_its_rows_to_the_other() -> None:
     stats = semframe.last_run()
     assert stats is not None and stats.replicas[1].died
     assert stats.replicas[0].rows + stats.replicas[1].rows == 60
-
-
-@pytest.fixture
-def pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shards sent in pieces of 4 requests, then 8 (the sizes a table of millions gets)."""
-    monkeypatch.setattr(ray_executor, "CHUNK_FIRST", 4)
-    monkeypatch.setattr(ray_executor, "CHUNK_MOST", 8)
+    assert stats.replicas[1].rows < 30
 
 
 @pytest.mark.usefixtures("pieces")
@@ -281,28 +287,6 @@ def test_a_shard_in_pieces_gives_the_same_answers_each_group_on_one_replica() ->
     pd.testing.assert_frame_equal(remote, df.llm.map(TEMPLATE, backend="fake", cache=False))
     out = df.llm.map(TEMPLATE, backend="pid", cache=False, **RAY)
     assert (out.groupby("movie")["llm_output"].nunique() == 1).all()
-
-
-@pytest.mark.usefixtures("pieces")
-def test_a_replica_killed_between_pieces_hands_the_rest_to_the_other() -> None:
-    register_backend(
-        "slow",
-        lambda model, settings: FakeBackend(model=model or "slow", delay=0.05),
-    )
-    df = _movies(60, movies=6)
-    want = df.llm.map(TEMPLATE, backend="fake", cache=False)
-    settings = {"backend": "slow", "model": "fake-model", "cache": False, **RAY}
-    df.iloc[:2].llm.map(TEMPLATE, **settings)  # the replicas are up
-    started = time.monotonic()
-    # 30 rows each, 0.05 s a row, in pieces of 4, 8, 8, 8 and 2: killed in the second
-    watcher = _kill_when(lambda: time.monotonic() - started > 0.5, replica=1)
-    got = df.llm.map(TEMPLATE, **settings)
-    watcher.join()
-    pd.testing.assert_frame_equal(got, want)
-    stats = semframe.last_run()
-    assert stats is not None and stats.replicas[1].died
-    assert stats.replicas[0].rows + stats.replicas[1].rows == 60
-    assert stats.replicas[1].rows < 30
 
 
 @pytest.mark.usefixtures("pieces")
