@@ -604,6 +604,57 @@ def test_ggr_keeps_the_fixed_order_where_its_greedy_splits_large_groups() -> Non
     assert hit_rate(t, ggr(t), cache="unbounded") == pytest.approx(best)
 
 
+def _long_tail_reviews(seed: int, n: int = 300) -> Table:
+    """Three items with 25-44 reviews each, then items with one or two; most reviewers
+    give the four aspects one score."""
+    rng = np.random.default_rng(seed)
+    items: list[int] = []
+    for i in range(3):
+        items += [i] * int(rng.integers(25, 45))
+    while len(items) < n:
+        items += [len(items) + 3] * int(rng.integers(1, 3))
+    scores = [
+        [str(rng.integers(1, 6))] * 4
+        if rng.random() < 0.9
+        else [str(s) for s in rng.integers(1, 6, 4)]
+        for _ in range(n)
+    ]
+    aspects = ("look", "smell", "taste", "feel")
+    return Table.from_columns(
+        {
+            "item": [f"item name number {i}" for i in items[:n]],
+            **{a: [s[k] for s in scores] for k, a in enumerate(aspects)},
+            "user": [f"user{u}" for u in rng.integers(0, 10**6, n)],
+        }
+    )
+
+
+def test_ggr_mixes_a_solves_large_groups_with_the_fixed_order_for_the_tail() -> None:
+    # A few large groups and a long tail of small ones: the per-row solve serves the
+    # large groups best, one field order for every row the tail. Neither alone is the
+    # mix; the default finds it and serves more than each.
+    t = _long_tail_reviews(9)
+    chosen = hit_rate(t, ggr(t))
+    alone = [
+        hit_rate(t, ggr(t, weigh="value")),
+        hit_rate(t, ggr(t, weigh="segment")),
+        hit_rate(t, _sorted_in(t, _fixed(t))),
+    ]
+    assert chosen > max(alone) + 0.002
+    assert hit_rate(t, ggr(t), cache="unbounded") == pytest.approx(chosen)
+    firsts = {fields[0] for fields in ggr(t).fields}
+    assert len(firsts) > 1  # not one field order for every row
+
+
+@FAST
+@given(t=tables(min_rows=2, max_rows=40, min_cols=1, max_cols=4))
+def test_the_default_serves_at_least_each_of_its_candidates(t: Table) -> None:
+    chosen = hit_rate(t, ggr(t))
+    assert chosen >= hit_rate(t, ggr(t, weigh="value")) - 1e-12
+    assert chosen >= hit_rate(t, ggr(t, weigh="segment")) - 1e-12
+    assert chosen >= hit_rate(t, _sorted_in(t, _fixed(t))) - 1e-12
+
+
 def test_columns_that_determine_each_other_stay_together_in_the_fixed_order() -> None:
     # An id and a name are one column in two: placed apart, the second serves nothing.
     rng = np.random.default_rng(0)

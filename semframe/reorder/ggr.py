@@ -36,8 +36,10 @@ What semframe adds to the paper's greedy:
   prompt does. Neither is right on every table, and a greedy can split large
   groups that one field order for every row keeps whole. So by default
   (``weigh="best"``) both run, the rows sorted in the best single field order
-  (:func:`~semframe.reorder.stats.fixed_order`) are a third candidate, and
-  the candidate whose prompts a cache serves more of, in segment units, is
+  (:func:`~semframe.reorder.stats.fixed_order`) are a third candidate, each
+  solve mixed with it a fourth and fifth (the solve's large top-level groups
+  kept, its other rows in the fixed order: :func:`_mixed`), and the
+  candidate whose prompts a cache serves more of, in segment units, is
   kept; given an :class:`Objective` (the backend's tokenizer and cache
   granularity), in the tokens the cache serves.
 - **Table-statistics early stop.** Where ``max_depth`` or ``max_groups`` is
@@ -92,7 +94,7 @@ from semframe.reorder._encode import (
     to_table,
 )
 from semframe.reorder.fds import check_fds, dependent_codes, fd_pairs
-from semframe.reorder.metrics import Granularity, served_tokens, served_units
+from semframe.reorder.metrics import Granularity, served_by_prompt, served_tokens
 from semframe.reorder.stats import fixed_order, lexsort_rows, stats_rank
 from semframe.reorder.trie import depth_first
 
@@ -1170,6 +1172,10 @@ class _DepthFirst:
             segments[:, k] = segments[perm, k]
         self.segments: IntArray | None = segments
         self._served: int | None = None
+        self.orders = order_ids
+        # The runs of prompts with the same first segment: their sizes and the units
+        # served inside each, in execution order (counted with the served units).
+        self.top: tuple[IntArray, IntArray] | None = None
         # Kept until one solve is chosen (arrays: rows in 4 bytes where they fit).
         self.order = Ordering.from_arrays(
             rows_all[perm].astype(np.int32 if perm.size < 2**31 else np.int64),
@@ -1189,7 +1195,15 @@ class _DepthFirst:
     def served(self) -> int:
         """Segment units (characters or tokens) a previous-prompt cache serves."""
         if self._served is None:
-            self._served = served_units(self.codes(), _encoded_units(self.enc))
+            codes = self.codes()
+            by_prompt = served_by_prompt(codes, _encoded_units(self.enc))
+            self._served = int(by_prompt.sum())
+            if codes.shape[0] and codes.shape[1]:
+                first = codes[:, 0]
+                starts = np.flatnonzero(first[1:] != first[:-1]) + 1
+                starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
+                sizes = np.diff(np.append(starts, first.size))
+                self.top = (sizes, np.add.reduceat(by_prompt, starts))
         return self._served
 
     def codes(self) -> IntArray:
@@ -1223,6 +1237,74 @@ def _sorted_served(enc: Encoded, rows: IntArray, order: Sequence[int]) -> int:
             break
         total += int(enc.segment_units(c)[codes[1:][same]].sum())
     return total
+
+
+def _mixed(
+    enc: Encoded, solve: _DepthFirst, fixed_rows: IntArray, order: tuple[int, ...], floor: int
+) -> _Gathered | None:
+    """A solve's large top-level groups kept, the rest of its rows in the fixed ``order``.
+
+    Where a table has a few large groups and a long tail of small ones, the
+    per-row solve serves the large groups best and one field order serves the
+    tail best: neither candidate alone is that mix. The groups are the runs of
+    the solve's prompts that share their first segment; each size threshold
+    of :func:`_thresholds` (smaller groups go to ``order``, whose rows are
+    ``fixed_rows``, sorted) is counted without building its prompts, as the
+    units served inside the groups kept plus what the sorted rest serves. The
+    best threshold is returned as rows and field orders if it serves more
+    than ``floor``, else ``None``. The count is a lower bound: in depth-first
+    order a kept group and the rest can share more.
+    """
+    if solve.top is None:
+        return None
+    sizes, inside = solve.top
+    largest = int(sizes.max())
+    if largest < 2 or sizes.size < 2:
+        return None  # one group, or only single rows: the solve itself, or the fixed order
+    rows = np.asarray(solve.order.rows, dtype=np.int64)
+    size_of = np.empty(enc.n_rows, dtype=np.int64)
+    size_of[rows] = np.repeat(sizes, sizes)
+    in_fixed = size_of[fixed_rows]
+    best, best_at = floor, 0
+    for at in _thresholds(sizes):
+        total = int(inside[sizes >= at].sum())
+        total += _sorted_served(enc, fixed_rows[in_fixed < at], order)
+        if total > best:
+            best, best_at = total, at
+    if not best_at:
+        return None
+    orders = (*solve.orders, order)
+    order_of = np.asarray(solve.order.order_of, dtype=np.int64).copy()
+    order_of[np.repeat(sizes < best_at, sizes)] = len(orders) - 1
+    return _Gathered(rows, order_of.astype(code_dtype(len(orders))), orders)
+
+
+_MIX_LARGEST = 16
+""":func:`_mixed` tries each of the largest this many group sizes as a threshold."""
+
+_MIX_STEP = 1.5
+"""Below them, group sizes at least this factor apart."""
+
+
+def _thresholds(sizes: IntArray) -> list[int]:
+    """Group sizes :func:`_mixed` tries as thresholds, largest first.
+
+    Each of the :data:`_MIX_LARGEST` largest distinct sizes (a few large groups
+    decide the most), then sizes at least :data:`_MIX_STEP` apart, down to 2.
+
+    Examples
+    --------
+    >>> _thresholds(np.array([1, 2, 3, 3, 50, 7]))
+    [50, 7, 3, 2]
+    >>> len(_thresholds(np.arange(1, 1001)))
+    30
+    """
+    distinct: list[int] = np.unique(sizes[sizes >= 2])[::-1].tolist()
+    out = distinct[:_MIX_LARGEST]
+    for size in distinct[_MIX_LARGEST:]:
+        if size * _MIX_STEP <= out[-1]:
+            out.append(size)
+    return out
 
 
 def _encoded_units(enc: Encoded) -> IntArray:
@@ -1309,13 +1391,25 @@ def ggr_encoded(
             results[-1].score_and_release()
         order = fixed_order(enc, effective)
         rows = lexsort_rows(enc, np.arange(enc.n_rows, dtype=np.int64), order)
-        if objective is not None or _sorted_served(enc, rows, order) > max(
-            r.served() for r in results
-        ):
+        solves = list(results)
+        floor = max(r.served() for r in solves)
+        served_fixed = _sorted_served(enc, rows, order)
+        if objective is not None or served_fixed > floor:
             fixed = _Gathered(rows, np.zeros(enc.n_rows, dtype=np.int8), (order,))
             results.append(_DepthFirst(enc, fixed))
             del fixed
-        del rows
+        # The fourth and fifth: each solve's large groups, the rest in the fixed order
+        # (a few large groups and a long tail), built where the count says it serves more.
+        floor = max(floor, served_fixed)
+        for solve in solves:
+            if objective is None:
+                results[-1].score_and_release()  # one candidate's codes held at a time
+            mixed = _mixed(enc, solve, rows, order, floor)
+            if mixed is not None:
+                results.append(_DepthFirst(enc, mixed))
+                floor = max(floor, results[-1].served())
+            del mixed
+        del rows, solves
     distinct = [r for i, r in enumerate(results) if not any(r.same_as(q) for q in results[:i])]
     if len(distinct) == 1:
         chosen = distinct[0]  # nothing to choose (and no tokens to count)
@@ -1404,7 +1498,8 @@ def ggr(
         labels (a rating) the way the prompt does. Neither is right on every
         table: ``"best"`` (default) runs both, adds the rows sorted in the one
         field order that shares most
-        (:func:`~semframe.reorder.stats.fixed_order`), and keeps the candidate
+        (:func:`~semframe.reorder.stats.fixed_order`) and each solve's large
+        groups with its other rows in that order, and keeps the candidate
         whose prompts a cache serves more of, counted in segment units.
     granularity : Granularity, optional
         The cache's units: with it, ``"best"`` counts each prompt's served

@@ -260,6 +260,26 @@ def served_units(segments: IntArray, units: IntArray) -> int:
     return total
 
 
+def served_by_prompt(segments: IntArray, units: IntArray) -> IntArray:
+    """Units a cache holding the previous prompt serves of each prompt (:func:`served_units`).
+
+    Examples
+    --------
+    >>> s = np.array([[0, 2], [0, 3], [1, 3]])
+    >>> served_by_prompt(s, np.array([5, 5, 4, 4])).tolist()
+    [0, 5, 0]
+    """
+    n, m = segments.shape
+    out = np.zeros(n, dtype=np.int64)
+    if n < 2 or m == 0 or units.size == 0:
+        return out
+    for lo in range(1, n, _CHUNK):
+        hi = min(lo + _CHUNK, n)
+        hits = _prev_hits(segments[lo - 1 : hi])[1:]  # against the prompt before the chunk
+        out[lo:hi] = np.where(hits, units[segments[lo:hi]], 0).sum(axis=1)
+    return out
+
+
 def shared_prefixes(
     segments: IntArray, units: IntArray, *, cache: Cache = "previous", head: int = 0
 ) -> IntArray:
