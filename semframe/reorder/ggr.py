@@ -1262,7 +1262,8 @@ def _mixed(
     if largest < 2 or sizes.size < 2:
         return None  # one group, or only single rows: the solve itself, or the fixed order
     rows = np.asarray(solve.order.rows, dtype=np.int64)
-    size_of = np.empty(enc.n_rows, dtype=np.int64)
+    width = np.int32 if enc.n_rows < 2**31 else np.int64
+    size_of: IntArray = np.empty(enc.n_rows, dtype=width)
     size_of[rows] = np.repeat(sizes, sizes)
     in_fixed = size_of[fixed_rows]
     best, best_at = floor, 0
