@@ -534,13 +534,19 @@ def _arrow_utf8(values: Any) -> tuple[NDArray[np.int64], list[Any]]:
     return (np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)), parts
 
 
+_SCAN_BYTES = 1 << 22
+"""Bytes :func:`_may_break` looks at in one step (its masks are this size, not the column's)."""
+
+
 def _may_break(values: Any) -> bool:
     """Whether a value of an Arrow string array may hold a line break; ``False``: none does.
 
     The characters' bytes are read as they lie in memory: ASCII text whose
     only control character is the tab holds no line break (every ASCII
     break is below 0x20, and the others are not ASCII). Anything else is
-    looked at value by value.
+    looked at value by value. Only the array's own values are read: a slice
+    of a larger array (``df.head(10)`` of a large frame) shares its buffers,
+    and the rest of them is not looked at.
 
     Examples
     --------
@@ -549,6 +555,8 @@ def _may_break(values: Any) -> bool:
     (False, True)
     >>> _may_break(pa.chunked_array([["a"], ["\\u2028"]]))
     True
+    >>> _may_break(pa.array(["x\\ny", "plain", "text"]).slice(1))  # the break is not in it
+    False
     """
     import pyarrow as pa
 
@@ -556,15 +564,20 @@ def _may_break(values: Any) -> bool:
     for chunk in chunks:
         if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
             return True
-        data = chunk.buffers()[2]
-        if data is None or not data.size:
+        _, offsets, data = chunk.buffers()
+        if data is None or not data.size or not len(chunk):
             continue
-        raw = np.frombuffer(data, dtype=np.uint8)
-        if raw.max() >= 0x80:
-            return True
-        low = raw[raw < 0x20]
-        if low.size and bool((low != 0x09).any()):
-            return True
+        width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        at = np.frombuffer(offsets, dtype=width)
+        lo, hi = int(at[chunk.offset]), int(at[chunk.offset + len(chunk)])
+        raw = np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo)
+        for start in range(0, raw.size, _SCAN_BYTES):
+            part = raw[start : start + _SCAN_BYTES]
+            if part.max() >= 0x80:
+                return True
+            low = part[part < 0x20]
+            if low.size and bool((low != 0x09).any()):
+                return True
     return False
 
 
