@@ -25,6 +25,7 @@ from semframe.reorder.metrics import (
     TOKEN,
     _execution_codes,
     _segment_units,
+    served_by_prompt,
     served_units,
     shared_prefixes,
 )
@@ -95,6 +96,8 @@ def test_step_one_minimum_zero_is_the_token_metric(
     got = served_tokens(s, units, Granularity(minimum=0, step=1), cache=cache)  # type: ignore[arg-type]
     if cache == "previous":
         assert got == served_units(s, units)
+        per_prompt = served_by_prompt(s, units)
+        assert per_prompt.shape == (s.shape[0],) and int(per_prompt.sum()) == got
     rate = hit_rate(t, o, tokenizer=_tok, cache=cache, granularity=TOKEN)  # type: ignore[arg-type]
     assert rate == pytest.approx(hit_rate(t, o, tokenizer=_tok, cache=cache))  # type: ignore[arg-type]
     assert rate == pytest.approx(ref_hit_rate(t, o, cache, _tok))
