@@ -144,6 +144,29 @@ def test_arrow_strings_fence_every_line_break(values: list[str | None]) -> None:
         assert list(as_table(frame).cells["c"]) == [render_value(v) for v in values]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.none(), st.text(alphabet="ab\t\n\x85\u2028é ", max_size=6)),
+        min_size=1,
+        max_size=30,
+    ),
+    data=st.data(),
+)
+def test_a_slice_of_a_frame_renders_its_own_rows(
+    values: list[str | None], data: st.DataObject
+) -> None:
+    """A slice shares its parent's buffers: only its rows are scanned, and every break in
+    them is still fenced (``df.head(8)`` of a large frame reads 8 rows' text)."""
+    lo = data.draw(st.integers(0, len(values) - 1))
+    hi = data.draw(st.integers(lo, len(values)))
+    want = [render_value(v) for v in values[lo:hi]]
+    pandas = pd.DataFrame({"c": pd.array(values, "str")}).iloc[lo:hi]
+    polars = pl.DataFrame({"c": values}).slice(lo, hi - lo)
+    for frame in (pandas, polars):
+        assert list(as_table(frame).cells["c"]) == want
+
+
 @pytest.mark.parametrize("kind", ["pandas str", "polars"])
 @pytest.mark.parametrize(
     ("distinct", "holes", "broken"),
