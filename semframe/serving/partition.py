@@ -24,7 +24,6 @@ import bisect
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -425,28 +424,29 @@ def _span(unit: Unit) -> tuple[int, int]:
 
 
 def _units(view: _View, groups: Sequence[PrefixGroup]) -> list[Unit]:
-    if view.columns is not None and groups:
-        shared = _share_first_level(view, view.columns.codes, groups)
-    else:
-        shared = [
-            all(view.same_level(g.start, i, 1) for i in range(g.start, g.stop)) for g in groups
-        ]
     return [
         view.unit(g.start, g.stop, None, depth=1 if s else 0)
-        for g, s in zip(groups, shared, strict=True)
+        for g, s in zip(groups, _share_first_level(view, groups), strict=True)
     ]
 
 
-def _share_first_level(
-    view: _View, codes: NDArray[np.signedinteger[Any]], groups: Sequence[PrefixGroup]
-) -> list[bool]:
-    """Per group, whether each of its requests shares its first's level 1 (the plan's ``codes``)."""
+def _share_first_level(view: _View, groups: Sequence[PrefixGroup]) -> list[bool]:
+    """Per group, whether each of its requests shares its first's level 1.
+
+    From a plan's codes at once where the groups cover its requests in order;
+    otherwise (requests made one by one, or a subset of groups) one by one.
+    """
     starts = np.fromiter((g.start for g in groups), np.int64, len(groups))
     stops = np.fromiter((g.stop for g in groups), np.int64, len(groups))
-    if not (starts[1:] == stops[:-1]).all() or starts[0] != 0 or stops[-1] != view.n:
-        return [  # groups not covering the requests in order: one by one
-            all(view.same_level(g.start, i, 1) for i in range(g.start, g.stop)) for g in groups
-        ]
+    covering = (
+        bool(groups)
+        and bool((starts[1:] == stops[:-1]).all())
+        and starts[0] == 0
+        and stops[-1] == view.n
+    )
+    if view.columns is None or not covering:
+        return [all(view.same_level(g.start, i, 1) for i in range(g.start, g.stop)) for g in groups]
+    codes = view.columns.codes
     first = np.repeat(starts, stops - starts)  # each request's group's first request
     same = (view.depths >= 1) & (view.depths[first] >= 1)
     if codes.shape[0]:
@@ -512,8 +512,6 @@ def partition(
     >>> p.shards
     ((0, 1), (2, 3), (4, 5))
     """
-    if not requests:
-        return assign([], replicas, _no_split, per_request=per_request, tolerance=tolerance)
     view = _View(requests)  # read once: the units and every split use it
     return assign(
         _units(view, groups),
@@ -522,10 +520,6 @@ def partition(
         per_request=per_request,
         tolerance=tolerance,
     )
-
-
-def _no_split(unit: Unit) -> None:
-    return None
 
 
 @dataclass(frozen=True, slots=True)
