@@ -130,14 +130,15 @@ def test_arrow_strings_render_as_given_one_object_per_repeated_value(
         assert len({id(c) for c in cells}) <= distinct + 3
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    values=st.lists(
-        st.one_of(st.none(), st.text(alphabet="ab\t\n\r\x0b\x1c\x85\u2028\u2029é ", max_size=6)),
-        min_size=1,
-        max_size=30,
+def _cells(alphabet: str) -> st.SearchStrategy[list[str | None]]:
+    """1 to 30 short cells of ``alphabet``, some missing."""
+    return st.lists(
+        st.one_of(st.none(), st.text(alphabet=alphabet, max_size=6)), min_size=1, max_size=30
     )
-)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=_cells("ab\t\n\r\x0b\x1c\x85\u2028\u2029é "))
 def test_arrow_strings_fence_every_line_break(values: list[str | None]) -> None:
     """The byte scan that skips the per-value search never hides a break (tabs are no breaks)."""
     for frame in (pd.DataFrame({"c": pd.array(values, "str")}), pl.DataFrame({"c": values})):
@@ -145,14 +146,7 @@ def test_arrow_strings_fence_every_line_break(values: list[str | None]) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    values=st.lists(
-        st.one_of(st.none(), st.text(alphabet="ab\t\n\x85\u2028é ", max_size=6)),
-        min_size=1,
-        max_size=30,
-    ),
-    data=st.data(),
-)
+@given(values=_cells("ab\t\n\x85\u2028é "), data=st.data())
 def test_a_slice_of_a_frame_renders_its_own_rows(
     values: list[str | None], data: st.DataObject
 ) -> None:
