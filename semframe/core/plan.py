@@ -611,7 +611,7 @@ class _Column:
     """One field's values factorized: what :func:`make_plan` renders and compares."""
 
     label: str  # ``"{name}: "``
-    values: tuple[str, ...]  # the distinct values, first seen first
+    values: Sequence[str]  # the distinct values, first seen first
     codes: Codes  # per table row, into ``values``
     missing: int  # the code of a missing value, -1 when none is
 

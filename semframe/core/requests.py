@@ -25,9 +25,11 @@ from typing import Any, overload
 import numpy as np
 from numpy.typing import NDArray
 
+from semframe.core.table import ArrowValues, char_lengths, take_values
 from semframe.core.wire import Request
 
 __all__ = [
+    "Joined",
     "Requests",
     "bytes_of",
     "chars_of",
@@ -45,6 +47,122 @@ Levels = tuple[tuple[int, int], ...]
 
 _CHUNK = 8192
 """Prompts rendered together when requests are read in order."""
+
+
+@dataclass(frozen=True, eq=False)
+class Joined(Sequence[str]):
+    """Every field's distinct values, one field's after the one before it, each as it came.
+
+    A field's values are a tuple of strings, or
+    :class:`~semframe.core.table.ArrowValues` (free text left in Arrow): its
+    strings are made only for the values read, a chunk of prompts at a time.
+
+    Examples
+    --------
+    >>> v = Joined.of([("Alien", "Heat"), ("tense",)])
+    >>> len(v), v[2], list(v), v.take(np.array([2, 0, 2])), v.starts.tolist()
+    (3, 'tense', ['Alien', 'Heat', 'tense'], ['tense', 'Alien', 'tense'], [0, 2])
+    """
+
+    parts: tuple[Sequence[str], ...]
+    starts: IntArray
+
+    @classmethod
+    def of(cls, parts: Sequence[Sequence[str]]) -> Joined:
+        """The values of each field in ``parts``, joined."""
+        sizes = [len(p) for p in parts]
+        starts = np.zeros(len(sizes), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        return cls(tuple(p if isinstance(p, ArrowValues) else tuple(p) for p in parts), starts)
+
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        starts: list[int] = self.starts.tolist()
+        return starts
+
+    def __len__(self) -> int:
+        return int(self.starts[-1]) + len(self.parts[-1]) if self.parts else 0
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return self.take(np.arange(len(self))[index])
+        n = len(self)
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            msg = f"value index {index} out of range for {n} values"
+            raise IndexError(msg)
+        field = bisect_right(self._starts, i) - 1
+        return self.parts[field][i - self._starts[field]]
+
+    def __iter__(self) -> Iterator[str]:
+        for part in self.parts:
+            yield from part
+
+    def fields(self, codes: NDArray[np.integer[Any]]) -> NDArray[np.intp]:
+        """The field each value of ``codes`` belongs to."""
+        return np.searchsorted(self.starts, codes, side="right") - 1
+
+    def take(
+        self, codes: NDArray[np.integer[Any]], fields: NDArray[np.intp] | None = None
+    ) -> list[str]:
+        """The values ``codes`` as strings, a field's at once (``fields``: theirs, if known)."""
+        codes = np.asarray(codes, dtype=np.int64)
+        fields = self.fields(codes) if fields is None else fields
+        if not codes.size:
+            return []
+        first = int(fields[0])
+        if int(fields.min()) == int(fields.max()):  # one field (one order): the common case
+            return take_values(self.parts[first], codes - self._starts[first])
+        out = np.empty(codes.size, dtype=object)
+        for field in np.unique(fields).tolist():
+            at = fields == field
+            out[at] = take_values(self.parts[field], codes[at] - self._starts[field])
+        taken: list[str] = out.tolist()
+        return taken
+
+    def select(self, used: NDArray[np.integer[Any]]) -> Joined:
+        """Only the values ``used`` (ascending), each field's copied out of what it came in.
+
+        Free text in Arrow keeps only the values used: a shard sent to another
+        process carries its own values, not the whole column.
+        """
+        fields = self.fields(used)
+        parts: list[Sequence[str]] = []
+        for field, part in enumerate(self.parts):
+            local = np.asarray(used[fields == field], dtype=np.int64) - self._starts[field]
+            if isinstance(part, ArrowValues):
+                parts.append(part.compact(local))
+            else:
+                parts.append(tuple(map(part.__getitem__, local.tolist())))
+        return Joined.of(parts)
+
+    def char_lengths(self) -> IntArray:
+        """Each value's length in characters."""
+        return _concat([char_lengths(p) for p in self.parts])
+
+    def byte_lengths(self) -> IntArray:
+        """Each value's UTF-8 bytes (each value encoded once, or read from Arrow)."""
+        return _concat(
+            [
+                p.byte_lengths()
+                if isinstance(p, ArrowValues)
+                else np.fromiter(map(utf8_len, p), np.int64, len(p))
+                for p in self.parts
+            ]
+        )
+
+    def __repr__(self) -> str:
+        return f"Joined({len(self):,} values of {len(self.parts)} fields)"
+
+
+def _concat(arrays: list[IntArray]) -> IntArray:
+    return np.concatenate(arrays).astype(np.int64, copy=False) if arrays else np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,17 +254,15 @@ class Requests(Sequence[Request]):
         them all, a field's after the one before it.
         """
         n = int(codes.shape[1])
-        sizes = [len(v) for v in values]
-        starts = np.zeros(len(sizes), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        flat = tuple(v for field in values for v in field)
-        lengths = np.fromiter(map(len, flat), np.int64, len(flat)) + 1
+        joined = Joined.of(values)
+        sizes = [len(v) for v in joined.parts]
+        lengths = joined.char_lengths() + 1
         lengths += np.repeat(np.fromiter(map(len, labels), np.int64, len(labels)), sizes)
         return cls(
             head,
             tuple(labels),
-            flat,
-            starts,
+            joined,
+            joined.starts,
             lengths,
             codes,
             None if tails is None else tuple(tails),
@@ -246,17 +362,24 @@ class Requests(Sequence[Request]):
         """The prompts of requests ``start .. stop - 1``, rendered together."""
         stop = len(self) if stop is None else min(stop, len(self))
         count = max(0, stop - start)
-        value, label = self.values.__getitem__, self.labels.__getitem__
+        label = self.labels.__getitem__
         parts: list[Iterable[str]] = []
         for row in self.codes[:, start:stop]:
             fields = np.searchsorted(self.starts, row, side="right") - 1
+            values = self._take(row, fields)
             if count and fields.min() == fields.max():  # one field at this depth (one order)
-                parts += [repeat(label(int(fields[0]))), map(value, row.tolist()), repeat("\n")]
+                parts += [repeat(label(int(fields[0]))), values, repeat("\n")]
             else:
-                parts += [map(label, fields.tolist()), map(value, row.tolist()), repeat("\n")]
+                parts += [map(label, fields.tolist()), values, repeat("\n")]
         tails = repeat("") if self.tails is None else self.tails[start:stop]
         heads = repeat(self.head, count)
         return list(map("".join, zip(heads, *parts, tails, strict=False)))
+
+    def _take(self, codes: NDArray[np.integer[Any]], fields: NDArray[np.intp]) -> list[str]:
+        """The values ``codes`` (of ``fields``) as strings, a field's at once where joined."""
+        if isinstance(self.values, Joined):
+            return self.values.take(codes, fields)
+        return list(map(self.values.__getitem__, codes.tolist()))
 
     def prompt_lengths(self) -> IntArray:
         """Characters of each prompt, from the segments' lengths (nothing rendered)."""
@@ -269,7 +392,10 @@ class Requests(Sequence[Request]):
 
     def prompt_bytes(self) -> IntArray:
         """UTF-8 bytes of each prompt, each distinct value encoded once (nothing rendered)."""
-        per = np.fromiter(map(utf8_len, self.values), np.int64, len(self.values)) + 1
+        if isinstance(self.values, Joined):
+            per = self.values.byte_lengths() + 1
+        else:
+            per = np.fromiter(map(utf8_len, self.values), np.int64, len(self.values)) + 1
         labels = np.fromiter(map(utf8_len, self.labels), np.int64, len(self.labels))
         per += np.repeat(labels, np.diff(np.append(self.starts, len(self.values))))
         total = np.full(len(self), utf8_len(self.head), dtype=np.int64)
@@ -305,15 +431,19 @@ class Requests(Sequence[Request]):
         >>> rs = Requests.build("", ("a: ",), [("x", "y", "z")], np.array([[0, 1, 2]]),
         ...                     rows=np.array([5, 6, 7]), groups=np.array([0, 1, 2]))
         >>> part = rs.take([2, 0]).shipped()
-        >>> part.values, [(r.id, r.row, r.prompt) for r in part]
-        (('x', 'z'), [(0, 0, 'a: z\\n'), (1, 1, 'a: x\\n')])
+        >>> list(part.values), [(r.id, r.row, r.prompt) for r in part]
+        (['x', 'z'], [(0, 0, 'a: z\\n'), (1, 1, 'a: x\\n')])
         """
         used, inverse = np.unique(self.codes, return_inverse=True)
         fields = np.searchsorted(self.starts, used, side="right") - 1
         n = len(self)
+        if isinstance(self.values, Joined):
+            values: Sequence[str] = self.values.select(used)
+        else:
+            values = tuple(map(self.values.__getitem__, used.tolist()))
         return dataclasses.replace(
             self,
-            values=tuple(map(self.values.__getitem__, used.tolist())),
+            values=values,
             starts=np.searchsorted(fields, np.arange(len(self.labels))).astype(np.int64),
             lengths=self.lengths[used],
             codes=inverse.reshape(self.codes.shape).astype(self.codes.dtype),

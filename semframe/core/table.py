@@ -43,8 +43,12 @@ from semframe.errors import InputError
 Codes = np.ndarray[Any, np.dtype[np.signedinteger[Any]]]
 """Codes into a column's distinct values, in the narrowest integer type that holds them."""
 
-Coded = tuple[tuple[str, ...], Codes]
-"""A column factorized: its distinct values, first seen first, and each row's code into them."""
+Coded = tuple[Sequence[str], Codes]
+"""A column factorized: its distinct values, first seen first, and each row's code into them.
+
+The values are a tuple of strings, or :class:`ArrowValues` for a column of
+Arrow strings that are mostly distinct (free text): those stay in Arrow.
+"""
 
 MISSING = "<missing>"
 """How a missing cell is rendered in a prompt."""
@@ -206,6 +210,201 @@ def factorize(cells: Sequence[str]) -> tuple[list[str], Codes]:
     return list(distinct), np.fromiter(map(index.__getitem__, cells), dtype, len(cells))
 
 
+_TAKE = 1 << 16
+"""Values turned into Python strings at a time where :class:`ArrowValues` are read in order."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ArrowValues(Sequence[str]):
+    """Distinct text values that stay in an Arrow string array until they are read.
+
+    ``values[k]`` is the text of row ``at[k]`` of ``source`` (of row ``k``
+    when ``at`` is ``None``). Free text (a review, a document) is held once,
+    as the frame holds it: no Python string per row, and none per distinct
+    value; reading values (:meth:`take`, iterating) makes strings of those
+    alone. The lengths the planner needs come from Arrow without making any
+    (:meth:`char_lengths`, :meth:`byte_lengths`).
+
+    Parameters
+    ----------
+    source : pyarrow Array or ChunkedArray
+        ``string`` or ``large_string``, no nulls.
+    at : ndarray of int, optional
+        The row of ``source`` of each value; ``None``: every row, in order.
+
+    Examples
+    --------
+    >>> import numpy as np, pyarrow as pa
+    >>> v = ArrowValues(pa.array(["b", "a", "b", "c"]), np.array([0, 1, 3]))
+    >>> len(v), v[2], list(v), v.take(np.array([2, 2, 0]))
+    (3, 'c', ['b', 'a', 'c'], ['c', 'c', 'b'])
+    >>> "a" in v, v.index("c"), v.view(np.array([1, 0]))[0], v.char_lengths().tolist()
+    (True, 2, 'a', [1, 1, 1])
+    >>> list(v.compact(np.array([2, 0]))), len(v.compact(np.array([2])).source)
+    (['c', 'b'], 1)
+    """
+
+    source: Any
+    at: NDArray[np.int64] | None = None
+
+    def __len__(self) -> int:
+        return len(self.source) if self.at is None else int(self.at.size)
+
+    def _rows(self, positions: NDArray[np.integer[Any]]) -> NDArray[np.integer[Any]]:
+        return positions if self.at is None else self.at[positions]
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.view(np.arange(len(self))[index])
+        n = len(self)
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            msg = f"value index {index} out of range for {n} values"
+            raise IndexError(msg)
+        row = i if self.at is None else int(self.at[i])
+        text: str = self.source[row].as_py()
+        return text
+
+    def __iter__(self) -> Iterator[str]:
+        n = len(self)
+        for lo in range(0, n, _TAKE):
+            yield from self.take(np.arange(lo, min(lo + _TAKE, n)))
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, str) and self._find(value) >= 0
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        """The position of ``value`` (``start`` and ``stop`` as :meth:`list.index`)."""
+        found = self._find(value) if isinstance(value, str) else -1
+        stop = len(self) if stop is None else stop
+        if found < 0 or not start <= found < stop:
+            msg = f"{value!r} is not among the values"
+            raise ValueError(msg)
+        return found
+
+    def _find(self, value: str) -> int:
+        """The position of ``value`` among the values, or -1 (they are distinct)."""
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+        rows = np.flatnonzero(pc.equal(self.source, value).to_numpy(zero_copy_only=False))
+        if self.at is None:
+            return int(rows[0]) if rows.size else -1
+        hit = np.flatnonzero(np.isin(self.at, rows))
+        return int(hit[0]) if hit.size else -1
+
+    def take(self, positions: NDArray[np.integer[Any]]) -> list[str]:
+        """The values at ``positions``, as Python strings (one per position)."""
+        import pyarrow as pa
+
+        rows = self._rows(np.asarray(positions, dtype=np.int64))
+        taken: list[str] = self.source.take(pa.array(rows, type=pa.int64())).to_pylist()
+        return taken
+
+    def view(self, positions: NDArray[np.integer[Any]]) -> ArrowValues:
+        """The values at ``positions``, still in Arrow (nothing is copied but positions)."""
+        rows = self._rows(np.asarray(positions, dtype=np.int64))
+        return ArrowValues(self.source, rows.astype(np.int64, copy=False))
+
+    def compact(self, positions: NDArray[np.integer[Any]]) -> ArrowValues:
+        """The values at ``positions`` copied into an array of their own (to send elsewhere)."""
+        import pyarrow as pa
+
+        rows = self._rows(np.asarray(positions, dtype=np.int64))
+        return ArrowValues(self.source.take(pa.array(rows, type=pa.int64())))
+
+    def char_lengths(self) -> NDArray[np.int64]:
+        """Each value's length in characters (Python's ``len``), from Arrow."""
+        import pyarrow.compute as pc
+
+        counted = pc.utf8_length(self.source).to_numpy(zero_copy_only=False)
+        lengths: NDArray[np.int64] = np.asarray(counted, dtype=np.int64)
+        return lengths if self.at is None else lengths[self.at]
+
+    def byte_lengths(self) -> NDArray[np.int64]:
+        """Each value's UTF-8 bytes, read from Arrow's offsets."""
+        lengths = _arrow_utf8(self.source)[0]
+        return lengths if self.at is None else lengths[self.at]
+
+    def __repr__(self) -> str:
+        return f"ArrowValues({len(self):,} values)"
+
+
+def take_values(values: Sequence[str], positions: NDArray[np.integer[Any]]) -> list[str]:
+    """``values`` at ``positions`` as a list: in one step from Arrow, else by index.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> take_values(("x", "y"), np.array([1, 1, 0]))
+    ['y', 'y', 'x']
+    """
+    if isinstance(values, ArrowValues):
+        return values.take(positions)
+    return list(map(values.__getitem__, positions.tolist()))
+
+
+def char_lengths(values: Sequence[str]) -> NDArray[np.int64]:
+    """Each value's length in characters (from Arrow for :class:`ArrowValues`).
+
+    Examples
+    --------
+    >>> char_lengths(("ab", "")).tolist()
+    [2, 0]
+    """
+    if isinstance(values, ArrowValues):
+        return values.char_lengths()
+    return np.fromiter(map(len, values), np.int64, len(values))
+
+
+def factorize_arrow(source: Any) -> Coded:
+    """:func:`factorize` of an Arrow string array (no nulls), its values left in Arrow.
+
+    Each value is hashed once, a chunk of strings at a time (only the chunk is
+    ever held as Python strings); rows whose hashes are unique are distinct,
+    and only rows sharing a hash are compared as text. The values are
+    :class:`ArrowValues` at each one's first row; the codes number them first
+    seen first, as :func:`factorize` does.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> values, codes = factorize_arrow(pa.array(["b", "a", "b"]))
+    >>> list(values), codes.tolist(), codes.dtype.name
+    (['b', 'a'], [0, 1, 0], 'int8')
+    """
+    n = len(source)
+    hashes = np.empty(n, dtype=np.int64)
+    for lo in range(0, n, _TAKE):
+        chunk = source.slice(lo, _TAKE).to_pylist()
+        hashes[lo : lo + len(chunk)] = np.fromiter(map(hash, chunk), np.int64, len(chunk))
+    by_hash = np.argsort(hashes, kind="stable")  # rows of one hash in row order
+    ordered = hashes[by_hash]
+    same = ordered[1:] == ordered[:-1]
+    del hashes, ordered
+    if not same.any():  # every hash once: every value once
+        return ArrowValues(source), np.arange(n, dtype=code_dtype(n))
+    # Rows that share a hash with another: compared as text, each to the first of its value.
+    shared = np.zeros(n, dtype=bool)
+    shared[1:] |= same
+    shared[:-1] |= same
+    del same
+    candidates = np.sort(by_hash[shared])
+    del by_hash, shared
+    first = np.arange(n, dtype=np.int64)
+    seen: dict[str, int] = {}
+    texts = ArrowValues(source).take(candidates)
+    rows = candidates.tolist()
+    first[candidates] = [seen.setdefault(t, r) for t, r in zip(texts, rows, strict=True)]
+    del texts, seen
+    is_first = first == np.arange(n)
+    at = np.flatnonzero(is_first)
+    dtype = code_dtype(at.size)
+    code_of_first = np.empty(n, dtype=dtype)
+    code_of_first[at] = np.arange(at.size, dtype=dtype)
+    codes = code_of_first[first]
+    return ArrowValues(source, at.astype(np.int64)), codes
+
+
 def code_dtype(distinct: int) -> np.dtype[np.signedinteger[Any]]:
     """The narrowest signed integer type holding the codes ``0 .. distinct - 1`` (and -1).
 
@@ -276,6 +475,11 @@ class Table:
         """
         found = self._coded.get(column)
         if found is None:
+            source = self.arrow(column)
+            if source is not None and _free_text(source):  # stays in Arrow
+                found = self._coded[column] = factorize_arrow(source)
+                found[1].flags.writeable = False
+                return found
             cells = self.cells[column]
             # Arrow's dictionary encoding, where it made the cells (ArrowCells).
             found = self.cells.coded.get(column) if isinstance(self.cells, ArrowCells) else None
@@ -474,9 +678,15 @@ def _render_pandas_series(col: Any) -> Rendered:
     if kind == "M" and getattr(col.dtype, "tz", None) is None:
         return _render_naive_datetimes(col.to_numpy(dtype="datetime64[us]")), None, None
     if type(col.dtype).__name__ == "StringDtype" and getattr(col.dtype, "storage", "") == "pyarrow":
-        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow as pa
 
         return _render_arrow_strings(pa.array(col.array))
+    if type(col.dtype).__name__ == "ArrowDtype":  # pd.ArrowDtype(pa.string()), as Ray Data gives
+        import pyarrow as pa
+
+        kind = col.dtype.pyarrow_dtype
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return _render_arrow_strings(pa.array(col.array))
     return render_column(col.tolist()), None, None
 
 
@@ -497,7 +707,7 @@ def _render_arrow_strings(values: Any) -> Rendered:
     first use.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc  # type: ignore[import-untyped]
+    import pyarrow.compute as pc
 
     broken = None
     if _may_break(values):
@@ -585,6 +795,17 @@ _SAMPLE = 2048
 """Leading values looked at to guess whether a column repeats its values."""
 
 
+def _free_text(values: Any) -> bool:
+    """Whether an Arrow string array holds free text: mostly distinct values, and many.
+
+    Guessed from its first :data:`_SAMPLE` values (more than half distinct).
+    A short column (fewer than twice that many values) is not: it costs
+    little as Python strings.
+    """
+    head = values.slice(0, _SAMPLE)
+    return len(values) >= 2 * _SAMPLE and bool(len(head.unique()) * 2 > len(head))
+
+
 def _shared_strings(values: Any) -> tuple[list[str], Coded | None]:
     """An Arrow string array (no nulls) as Python strings, one object per distinct value.
 
@@ -596,8 +817,7 @@ def _shared_strings(values: Any) -> tuple[list[str], Coded | None]:
     """
     import pyarrow as pa
 
-    head = values.slice(0, _SAMPLE)
-    if len(values) < 2 * _SAMPLE or len(head.unique()) * 2 > len(head):
+    if len(values) < 2 * _SAMPLE or _free_text(values):
         return list(values.to_pylist()), None
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()

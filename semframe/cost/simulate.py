@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from semframe.core.plan import Plan, groups_of, row_tails
 from semframe.core.requests import prompts_of, rows_of, subset, utf8_len
-from semframe.core.table import MISSING
+from semframe.core.table import MISSING, ArrowValues
 
 __all__ = [
     "Encoder",
@@ -87,7 +87,8 @@ class Pieces:
         self.sampled: dict[str, tuple[int, int]] = {}  # field -> (values tokenized, values)
         rq = plan.relquery
         self.head = plan.instructions + "\n\n"
-        self.cells = rq.table.cells
+        # Each field's distinct values and codes: free text held in Arrow stays there.
+        self.coded = {f: rq.table.coded(f) for f in rq.fields}
         n = len(plan.requests)
         # A restated question follows each row's fields (RelQuery.restate). It is one
         # piece with the row's last field: tokenized apart, the newline ending that
@@ -123,7 +124,10 @@ class Pieces:
     def _sampled(self, field: str, values: Sequence[str], sample: int) -> IntArray:
         """Token counts of ``values``' segments: ``sample`` tokenized, the rest by their bytes."""
         label = utf8_len(f"{field}: \n")
-        size = np.fromiter(map(utf8_len, values), np.int64, len(values)) + label
+        if isinstance(values, ArrowValues):
+            size = values.byte_lengths() + label
+        else:
+            size = np.fromiter(map(utf8_len, values), np.int64, len(values)) + label
         drawn = np.sort(np.random.default_rng(len(values)).choice(len(values), sample, False))
         counted = np.fromiter(
             map(len, self.encode([f"{field}: {values[i]}\n" for i in drawn.tolist()])),
@@ -143,7 +147,8 @@ class Pieces:
     def _parts(self, i: int) -> list[str]:
         order = self.plan.ordering.fields[i]
         row = int(self.rows[i])
-        parts = [self.head, *(f"{f}: {self.cells[f][row]}\n" for f in order)]
+        coded = self.coded
+        parts = [self.head, *(f"{f}: {coded[f][0][coded[f][1][row]]}\n" for f in order)]
         if self.tails:
             parts[-1] += self.tails[i]
         return parts
@@ -382,10 +387,12 @@ def identity_bounds(plan: Plan) -> list[tuple[int, int]]:
     n = rq.table.n_rows
     if not rq.fields or n == 0:
         return [(0, n)] if n else []
-    first = rq.fields[0]
-    col = rq.table.cells[first]
-    missing = f"{MISSING}"
-    starts = [i for i in range(n) if i == 0 or col[i] != col[i - 1] or col[i] == missing]
+    values, codes = rq.table.coded(rq.fields[0])
+    new = np.ones(n, dtype=bool)
+    new[1:] = codes[1:] != codes[:-1]
+    if MISSING in values:  # a missing value shares nothing: each starts a group
+        new |= codes == values.index(MISSING)
+    starts = np.flatnonzero(new).tolist()
     return list(zip(starts, [*starts[1:], n], strict=True))
 
 

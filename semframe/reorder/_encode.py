@@ -16,7 +16,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from semframe.core.ordering import Ordering
-from semframe.core.table import Coded, Codes, Table, as_table, code_dtype
+from semframe.core.table import (
+    ArrowValues,
+    Coded,
+    Codes,
+    Table,
+    as_table,
+    char_lengths,
+    code_dtype,
+)
 from semframe.errors import ColumnError, InputError, format_choices
 
 Tokenizer = Callable[[str], int]
@@ -40,8 +48,9 @@ class Encoded:
         ``codes[j][r]`` is the rank of row ``r``'s value among the sorted
         distinct values of column ``j``; each column's codes take the
         narrowest integer type that holds them (a byte up to 127 values).
-    values : tuple of tuple of str
-        The sorted distinct values of each column.
+    values : tuple of sequences of str
+        The sorted distinct values of each column (a tuple, or
+        :class:`~semframe.core.table.ArrowValues` for free text held in Arrow).
     lengths : tuple of ndarray of int64
         ``lengths[j][k]`` is the length of ``values[j][k]`` (characters or tokens).
     labels : tuple of int
@@ -60,7 +69,7 @@ class Encoded:
     columns: tuple[str, ...]
     n_rows: int
     codes: tuple[Codes, ...]
-    values: tuple[tuple[str, ...], ...]
+    values: tuple[Sequence[str], ...]
     lengths: tuple[IntArray, ...]
     labels: tuple[int, ...] = ()
     n_columns: int = field(init=False)
@@ -92,17 +101,43 @@ class Encoded:
         return self.lengths[j].astype(np.int64) + self.labels[j]
 
 
-def _sorted_codes(coded: Coded) -> tuple[tuple[str, ...], Codes]:
+def _sorted_codes(coded: Coded) -> tuple[Sequence[str], Codes]:
     """A column's distinct values sorted, and each row's code into them.
 
     Built from the table's own factorization (first seen first): only the
-    distinct values are sorted; the codes are renumbered in one take.
+    distinct values are sorted; the codes are renumbered in one take. Values
+    held in Arrow (:class:`~semframe.core.table.ArrowValues`) are sorted
+    there, and stay there.
     """
     values, codes = coded
-    by_value = sorted(range(len(values)), key=values.__getitem__)
+    if isinstance(values, ArrowValues):
+        by_value = _arrow_order(values)
+        sorted_values: Sequence[str] = values.view(by_value)
+    else:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        by_value = np.asarray(order, dtype=np.int64)
+        sorted_values = tuple(map(values.__getitem__, order))
     rank = np.empty(len(values), dtype=code_dtype(len(values)))
     rank[by_value] = np.arange(len(values), dtype=rank.dtype)
-    return tuple(map(values.__getitem__, by_value)), rank[codes]
+    return sorted_values, rank[codes]
+
+
+def _arrow_order(values: ArrowValues) -> IntArray:
+    """The positions of distinct ``values`` in the order of their text (Python's order).
+
+    Arrow sorts the strings by their UTF-8 bytes, which is the order of their
+    code points, as Python compares strings. The whole source is sorted (no
+    value is copied) and the rows of the values are picked out of it.
+    """
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    rows = np.asarray(pc.sort_indices(values.source).to_numpy(), dtype=np.int64)
+    if values.at is None:
+        return rows
+    position = np.full(len(values.source), -1, dtype=np.int64)
+    position[values.at] = np.arange(values.at.size, dtype=np.int64)
+    picked = position[rows]
+    return picked[picked >= 0]
 
 
 _STEP = 1 << 16
@@ -148,8 +183,9 @@ def run_changes(values: IntArray, size: int) -> NDArray[np.bool_]:
 
 
 def _measure(values: Sequence[str], tokenizer: Tokenizer | None) -> IntArray:
-    measure: Callable[[str], int] = len if tokenizer is None else tokenizer
-    out = np.fromiter(map(measure, values), dtype=np.int64, count=len(values))
+    if tokenizer is None:
+        return char_lengths(values)
+    out = np.fromiter(map(tokenizer, values), dtype=np.int64, count=len(values))
     if tokenizer is not None and out.size and int(out.min()) < 0:
         msg = "tokenizer returned a negative token count; it must return an int >= 0."
         raise InputError(msg)
@@ -168,13 +204,14 @@ def encode(table: Table, tokenizer: Tokenizer | None = None) -> Encoded:
     n = table.n_rows
     columns = tuple(table.columns)
     codes: list[Codes] = []
-    values: list[tuple[str, ...]] = []
+    values: list[Sequence[str]] = []
     lengths: list[IntArray] = []
     for col in columns:
-        if len(table.cells[col]) != n:
-            msg = f"column {col!r} has {len(table.cells[col])} cells but the table has {n} rows."
+        coded = table.coded(col)
+        if len(coded[1]) != n:
+            msg = f"column {col!r} has {len(coded[1])} cells but the table has {n} rows."
             raise InputError(msg)
-        uniq, column = _sorted_codes(table.coded(col))
+        uniq, column = _sorted_codes(coded)
         codes.append(column)
         values.append(uniq)
         lengths.append(_measure(uniq, tokenizer))

@@ -102,8 +102,8 @@ class Shard:
     >>> rq = RelQuery("map", parse_template("Summarize {review} of {movie}."), t, TEXT)
     >>> plan = make_plan(rq, Ordering.identity(3, ("movie", "review")), "none")
     >>> shard = Shard.of(plan, [2, 1])
-    >>> shard.requests.values  # the values the shard uses, once each
-    ('scary', 'long', 'Alien')
+    >>> list(shard.requests.values)  # the values the shard uses, once each
+    ['scary', 'long', 'Alien']
     >>> [r.prompt for r in shard.plan().requests] == [plan.requests[2].prompt,
     ...                                               plan.requests[1].prompt]
     True
