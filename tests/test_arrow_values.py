@@ -66,11 +66,16 @@ def test_factorize_arrow_is_factorize_and_sorts_as_python(
     assert "not among them" not in ordered
 
 
+@pytest.mark.parametrize("chunk", [2, 3, 1 << 16])
 def test_values_that_share_a_hash_are_told_apart_by_their_text(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    """Hashes only find candidates: rows whose hashes collide are compared as text."""
+    """Hashes only find candidates: rows whose hashes collide are compared as text.
+
+    Read ``chunk`` strings at a time, a value's first row is still its first.
+    """
     monkeypatch.setattr(table_module, "hash", lambda text: len(text) % 2, raising=False)
+    monkeypatch.setattr(table_module, "_TAKE", chunk)
     cells = ["ab", "cd", "ab", "e", "f", "cd", "", "e", "gh"]
     values, codes = factorize_arrow(pa.array(cells))
     want_values, want_codes = factorize(cells)

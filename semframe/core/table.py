@@ -391,11 +391,13 @@ def factorize_arrow(source: Any) -> Coded:
     candidates = np.sort(by_hash[shared])
     del by_hash, shared
     first = np.arange(n, dtype=np.int64)
-    seen: dict[str, int] = {}
-    texts = ArrowValues(source).take(candidates)
-    rows = candidates.tolist()
-    first[candidates] = [seen.setdefault(t, r) for t, r in zip(texts, rows, strict=True)]
-    del texts, seen
+    seen: dict[str, int] = {}  # each candidate value's first row (rows come in order)
+    whole = ArrowValues(source)
+    for lo in range(0, candidates.size, _TAKE):
+        rows = candidates[lo : lo + _TAKE]
+        texts = whole.take(rows)
+        first[rows] = [seen.setdefault(t, r) for t, r in zip(texts, rows.tolist(), strict=True)]
+    del seen
     is_first = first == np.arange(n)
     at = np.flatnonzero(is_first)
     dtype = code_dtype(at.size)
