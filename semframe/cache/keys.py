@@ -271,11 +271,14 @@ def _head(backend: Backend, request: Request) -> Any:
 def _prompt_digests(backend: Backend, requests: Requests) -> Iterator[bytes]:
     """:func:`request_keys` of ``requests``, whose decoding parameters are shared, as bytes.
 
-    Prompts are rendered a chunk at a time and no request is built.
+    Prompts are rendered a chunk at a time and no request is built. What every
+    prompt starts with (the instructions) is hashed once: each prompt's rest is
+    hashed from there.
     """
     head = _head(backend, requests[0])
+    head.update(requests.head.encode("utf-8", "surrogatepass"))
     for start in range(0, len(requests), _CHUNK):
-        for prompt in requests.prompts(start, start + _CHUNK):
+        for rest in requests.prompts(start, start + _CHUNK, head=False):
             digest = head.copy()
-            digest.update(prompt.encode("utf-8", "surrogatepass"))
+            digest.update(rest.encode("utf-8", "surrogatepass"))
             yield digest.digest()

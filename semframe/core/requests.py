@@ -358,8 +358,11 @@ class Requests(Sequence[Request]):
         tail = "" if self.tails is None else self.tails[i]
         return self.head + "".join(map(self.segment, self.codes[:, i].tolist())) + tail
 
-    def prompts(self, start: int = 0, stop: int | None = None) -> list[str]:
-        """The prompts of requests ``start .. stop - 1``, rendered together."""
+    def prompts(self, start: int = 0, stop: int | None = None, *, head: bool = True) -> list[str]:
+        """The prompts of requests ``start .. stop - 1``, rendered together.
+
+        ``head=False`` leaves out what every prompt starts with (:attr:`head`).
+        """
         stop = len(self) if stop is None else min(stop, len(self))
         count = max(0, stop - start)
         label = self.labels.__getitem__
@@ -372,7 +375,7 @@ class Requests(Sequence[Request]):
             else:
                 parts += [map(label, fields.tolist()), values, repeat("\n")]
         tails = repeat("") if self.tails is None else self.tails[start:stop]
-        heads = repeat(self.head, count)
+        heads = repeat(self.head if head else "", count)
         return list(map("".join, zip(heads, *parts, tails, strict=False)))
 
     def _take(self, codes: NDArray[np.integer[Any]], fields: NDArray[np.intp]) -> list[str]:
