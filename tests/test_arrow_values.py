@@ -19,6 +19,7 @@ from semframe.core import table as table_module
 from semframe.core.plan import fingerprint
 from semframe.core.requests import Joined
 from semframe.core.table import ArrowValues, as_table, char_lengths, factorize, factorize_arrow
+from semframe.core.template import parse_template
 from semframe.reorder._encode import _sorted_codes, encode
 
 _TEXT = st.text(alphabet="ab\x00\t\u00e9\U0001f600 z", max_size=5)
@@ -196,3 +197,25 @@ def test_pandas_arrow_dtype_strings_render_as_other_strings_do() -> None:
         plain = as_table(pd.DataFrame({"c": pd.Series(["x", "y"], dtype=pd.ArrowDtype(kind))}))
         assert plain.arrow("c") is not None
         assert list(plain.cells["c"]) == ["x", "y"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    movies=st.lists(st.text(alphabet="ab \u00e9\n", max_size=6), min_size=1, max_size=8),
+    reviews=st.lists(st.text(alphabet="xy \u00e9\n", max_size=12), min_size=1, max_size=8),
+    rows=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), min_size=0, max_size=20),
+)
+def test_the_restated_question_from_codes_is_the_one_from_each_row(
+    movies: list[str], reviews: list[str], rows: list[tuple[int, int]]
+) -> None:
+    """Short values inline, long ones named; from tuples or Arrow values alike."""
+    template = parse_template("Does the review {review} praise {movie}?")
+    picked = [(m % len(movies), r % len(reviews)) for m, r in rows]
+    want = [
+        template.restated({"movie": movies[m], "review": reviews[r]}, inline=5) for m, r in picked
+    ]
+    movie_codes = np.array([m for m, _ in picked], dtype=np.int64)
+    review_codes = np.array([r for _, r in picked], dtype=np.int64)
+    for wrap in (tuple, lambda v: ArrowValues(pa.array(v, type=pa.large_string()))):
+        coded = {"movie": (wrap(movies), movie_codes), "review": (wrap(reviews), review_codes)}
+        assert template.restated_coded(coded, len(picked), inline=5) == want

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semframe.core.table import MISSING, Codes, factorize
+from semframe.core.table import MISSING, Codes, char_lengths, factorize, take_values
 from semframe.errors import ColumnError, TemplateError, did_you_mean
 
 INLINE_CHARS = 80
@@ -151,11 +151,16 @@ class Template:
             words = in_words(name, before)
             named = f"{words} above" if words else "above"
             values, codes = coded[name]
+            # Only short values are said inline: their lengths are counted in C (or Arrow)
+            # first, and only those values are read.
+            lengths = char_lengths(values)
+            short = np.flatnonzero((lengths > 0) & (lengths <= inline))
+            if not short.size:  # every value is named in words (free text, say)
+                spoken.append([named])
+                per_row.append(np.zeros(len(codes), dtype=np.int8))
+                continue
             forms = [named] * len(values)
-            # Only short values are said inline: their lengths are counted in C first.
-            lengths = np.fromiter(map(len, values), np.int64, len(values))
-            for i in np.flatnonzero((lengths > 0) & (lengths <= inline)).tolist():
-                v = values[i]
+            for i, v in zip(short.tolist(), take_values(values, short), strict=True):
                 if v.isprintable() and v != MISSING:
                     forms[i] = v
             distinct, form_of_value = factorize(forms)
