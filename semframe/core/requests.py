@@ -183,7 +183,8 @@ class Requests(Sequence[Request]):
     labels : tuple of str
         Each field's label, ``"name: "``.
     values : sequence of str
-        Every distinct value of every field.
+        Every distinct value of every field (:class:`Joined`: each field's as
+        it came, free text left in Arrow).
     starts : ndarray
         Where each field's values start in ``values`` (ascending; a field
         without values starts where the next one does).
