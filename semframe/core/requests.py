@@ -25,12 +25,13 @@ from typing import Any, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from semframe.core.table import ArrowValues, char_lengths, take_values
+from semframe.core.table import ArrowValues, char_lengths, position, take_values
 from semframe.core.wire import Request
 
 __all__ = [
     "Joined",
     "Requests",
+    "byte_lengths",
     "bytes_of",
     "chars_of",
     "group_ids_of",
@@ -92,11 +93,7 @@ class Joined(Sequence[str]):
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
             return self.take(np.arange(len(self))[index])
-        n = len(self)
-        i = index + n if index < 0 else index
-        if not 0 <= i < n:
-            msg = f"value index {index} out of range for {n} values"
-            raise IndexError(msg)
+        i = position(index, len(self), "value")
         field = bisect_right(self._starts, i) - 1
         return self.parts[field][i - self._starts[field]]
 
@@ -148,14 +145,7 @@ class Joined(Sequence[str]):
 
     def byte_lengths(self) -> IntArray:
         """Each value's UTF-8 bytes (each value encoded once, or read from Arrow)."""
-        return _concat(
-            [
-                p.byte_lengths()
-                if isinstance(p, ArrowValues)
-                else np.fromiter(map(utf8_len, p), np.int64, len(p))
-                for p in self.parts
-            ]
-        )
+        return _concat([byte_lengths(p) for p in self.parts])
 
     def __repr__(self) -> str:
         return f"Joined({len(self):,} values of {len(self.parts)} fields)"
@@ -296,11 +286,7 @@ class Requests(Sequence[Request]):
     def __getitem__(self, index: int | slice) -> Request | Requests:
         if isinstance(index, slice):
             return self.take(np.arange(len(self))[index])
-        n = len(self)
-        i = index + n if index < 0 else index
-        if not 0 <= i < n:
-            msg = f"request index {index} out of range for {n} requests"
-            raise IndexError(msg)
+        i = position(index, len(self), "request")
         return self._request(i, self.prompt(i))
 
     def __iter__(self) -> Iterator[Request]:
@@ -396,10 +382,7 @@ class Requests(Sequence[Request]):
 
     def prompt_bytes(self) -> IntArray:
         """UTF-8 bytes of each prompt, each distinct value encoded once (nothing rendered)."""
-        if isinstance(self.values, Joined):
-            per = self.values.byte_lengths() + 1
-        else:
-            per = np.fromiter(map(utf8_len, self.values), np.int64, len(self.values)) + 1
+        per = byte_lengths(self.values) + 1
         labels = np.fromiter(map(utf8_len, self.labels), np.int64, len(self.labels))
         per += np.repeat(labels, np.diff(np.append(self.starts, len(self.values))))
         total = np.full(len(self), utf8_len(self.head), dtype=np.int64)
@@ -482,6 +465,19 @@ def utf8_len(text: str) -> int:
     (3, 5)
     """
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def byte_lengths(values: Sequence[str]) -> IntArray:
+    """UTF-8 bytes of each of ``values``: from Arrow's offsets, else by :func:`utf8_len`.
+
+    Examples
+    --------
+    >>> byte_lengths(("abc", "caf\u00e9")).tolist()
+    [3, 5]
+    """
+    if isinstance(values, Joined | ArrowValues):
+        return values.byte_lengths()
+    return np.fromiter(map(utf8_len, values), np.int64, len(values))
 
 
 def with_options(requests: Sequence[Request], **options: Any) -> Sequence[Request]:

@@ -214,6 +214,25 @@ _TAKE = 1 << 16
 """Values turned into Python strings at a time where :class:`ArrowValues` are read in order."""
 
 
+def position(index: int, n: int, what: str) -> int:
+    """``index`` into ``n`` items as a position (negative from the end), or an ``IndexError``.
+
+    Examples
+    --------
+    >>> position(-1, 3, "value"), position(2, 3, "value")
+    (2, 2)
+    >>> position(3, 3, "value")
+    Traceback (most recent call last):
+    ...
+    IndexError: value index 3 out of range for 3 values
+    """
+    i = index + n if index < 0 else index
+    if not 0 <= i < n:
+        msg = f"{what} index {index} out of range for {n} {what}s"
+        raise IndexError(msg)
+    return i
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ArrowValues(Sequence[str]):
     """Distinct text values that stay in an Arrow string array until they are read.
@@ -256,11 +275,7 @@ class ArrowValues(Sequence[str]):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return self.view(np.arange(len(self))[index])
-        n = len(self)
-        i = index + n if index < 0 else index
-        if not 0 <= i < n:
-            msg = f"value index {index} out of range for {n} values"
-            raise IndexError(msg)
+        i = position(index, len(self), "value")
         row = i if self.at is None else int(self.at[i])
         text: str = self.source[row].as_py()
         return text

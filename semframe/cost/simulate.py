@@ -21,8 +21,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from semframe.core.plan import Plan, groups_of, row_tails
-from semframe.core.requests import prompts_of, rows_of, subset, utf8_len
-from semframe.core.table import MISSING, ArrowValues
+from semframe.core.requests import byte_lengths, prompts_of, rows_of, subset, utf8_len
+from semframe.core.table import MISSING
 
 __all__ = [
     "Encoder",
@@ -124,10 +124,7 @@ class Pieces:
     def _sampled(self, field: str, values: Sequence[str], sample: int) -> IntArray:
         """Token counts of ``values``' segments: ``sample`` tokenized, the rest by their bytes."""
         label = utf8_len(f"{field}: \n")
-        if isinstance(values, ArrowValues):
-            size = values.byte_lengths() + label
-        else:
-            size = np.fromiter(map(utf8_len, values), np.int64, len(values)) + label
+        size = byte_lengths(values) + label
         drawn = np.sort(np.random.default_rng(len(values)).choice(len(values), sample, False))
         counted = np.fromiter(
             map(len, self.encode([f"{field}: {values[i]}\n" for i in drawn.tolist()])),

@@ -186,7 +186,7 @@ def _measure(values: Sequence[str], tokenizer: Tokenizer | None) -> IntArray:
     if tokenizer is None:
         return char_lengths(values)
     out = np.fromiter(map(tokenizer, values), dtype=np.int64, count=len(values))
-    if tokenizer is not None and out.size and int(out.min()) < 0:
+    if out.size and int(out.min()) < 0:
         msg = "tokenizer returned a negative token count; it must return an int >= 0."
         raise InputError(msg)
     return out

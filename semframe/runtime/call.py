@@ -18,7 +18,6 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import filterfalse
 from typing import Any, cast
 
 import numpy as np
@@ -31,8 +30,7 @@ from semframe.cache.store import TOUCH_SECONDS, ResultCache, open_cache
 from semframe.config import ResolvedConfig, cache_dir
 from semframe.core.capacity import Capacity
 from semframe.core.plan import Plan, RelQuery, fingerprint, make_plan, without_gc
-from semframe.core.requests import bytes_of, rows_of, subset, with_options
-from semframe.core.table import ArrowValues
+from semframe.core.requests import byte_lengths, bytes_of, rows_of, subset, with_options
 from semframe.core.wire import Outcome, Usage
 from semframe.cost.models import CostModel, warm_start
 from semframe.errors import BudgetExceeded, ConfigError, InputError, MissingDependencyError
@@ -166,17 +164,7 @@ def _longest_bytes(rq: RelQuery) -> int:
     """
     total = 0
     for f in rq.fields:
-        values = rq.table.coded(f)[0]
-        if isinstance(values, ArrowValues):  # read from Arrow's offsets
-            longest = int(values.byte_lengths().max(initial=0))
-        else:
-            # An ASCII value's bytes are its characters (counted in C); only the others are
-            # encoded.
-            longest = max(map(len, filter(str.isascii, values)), default=0)
-            others = (
-                len(v.encode("utf-8", "surrogatepass")) for v in filterfalse(str.isascii, values)
-            )
-            longest = max(longest, max(others, default=0))
+        longest = int(byte_lengths(rq.table.coded(f)[0]).max(initial=0))
         total += len(f"{f}: \n".encode("utf-8", "surrogatepass")) + longest
     return total
 
