@@ -481,11 +481,22 @@ _V2_RESULTS = """CREATE TABLE results (
 ) WITHOUT ROWID"""
 
 
-def test_a_version_2_file_keeps_its_answers(tmp_path: Path) -> None:
-    """A file of the previous format (hex keys in a WITHOUT ROWID table) is moved, not emptied."""
+_V3_RESULTS = """CREATE TABLE results (
+    key BLOB PRIMARY KEY NOT NULL, backend TEXT NOT NULL, model TEXT NOT NULL,
+    text TEXT NOT NULL, tokens TEXT, prompt_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL, finish_reason TEXT,
+    created REAL NOT NULL, last_used REAL NOT NULL, size INTEGER NOT NULL
+)"""
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_file_keeps_its_answers(tmp_path: Path, version: int) -> None:
+    """A file of an older format (2: hex keys in a WITHOUT ROWID table; 3: 32-byte keys
+    with a unique index on the answers' table) is moved, not emptied."""
     path = tmp_path / FILENAME
     with sqlite3.connect(path) as db:
-        db.execute(_V2_RESULTS)
+        db.execute(_V2_RESULTS if version == 2 else _V3_RESULTS)
         db.execute(
             "CREATE TABLE calls (key TEXT PRIMARY KEY, keys BLOB NOT NULL, info TEXT "
             "NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, "
@@ -499,7 +510,7 @@ def test_a_version_2_file_keeps_its_answers(tmp_path: Path) -> None:
         db.execute("INSERT INTO meta VALUES ('bytes', 0)")
         rows = [
             (
-                digest(f"k{i}"),
+                digest(f"k{i}") if version == 2 else bytes.fromhex(digest(f"k{i}")),
                 "fake",
                 "fake",
                 f"answer {i}",
@@ -515,15 +526,16 @@ def test_a_version_2_file_keeps_its_answers(tmp_path: Path) -> None:
             )
             for i in range(50)
         ]
-        rows.append(
-            ("not a digest", "fake", "fake", "lost", None, 1, 0, 0, 1, "stop", 1.0, 1.0, 132)
-        )
+        if version == 2:
+            rows.append(
+                ("not a digest", "fake", "fake", "lost", None, 1, 0, 0, 1, "stop", 1.0, 1.0, 132)
+            )
         db.executemany(f"INSERT INTO results VALUES ({', '.join('?' * 13)})", rows)
         db.execute(
             "INSERT INTO calls VALUES (?, ?, ?, 1.0, 1.0, 100)",
             ("call", bytes.fromhex(digest("k0")), "{}"),
         )
-        db.execute("PRAGMA user_version = 2")
+        db.execute(f"PRAGMA user_version = {version}")
     db.close()
     with ResultCache(path) as cache:
         found = cache.get_many([digest(f"k{i}") for i in range(50)])
@@ -536,10 +548,14 @@ def test_a_version_2_file_keeps_its_answers(tmp_path: Path) -> None:
     assert call is not None and call[0] == [digest("k0")]
     assert info.entries == 50, "a row whose key is not a digest is left behind"
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (3,)
+        assert db.execute("PRAGMA user_version").fetchone() == (4,)
         tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        indexed = db.execute("SELECT COUNT(*) FROM keyidx").fetchone()[0]
+        watermark = db.execute("SELECT value FROM meta WHERE name = 'indexed'").fetchone()[0]
+        top = db.execute("SELECT max(rowid) FROM results").fetchone()[0]
     db.close()
-    assert "results_v2" not in tables
+    assert "results_old" not in tables
+    assert indexed == 50 and watermark == top, "the moved answers are indexed"
 
 
 def test_a_key_that_is_not_a_digest_is_refused(tmp_path: Path) -> None:

@@ -46,6 +46,12 @@ _RESULTS = (
     "output_tokens, finish_reason, created, last_used, size"
 )
 _CALLS = "key, keys, info, created, last_used, size"
+# Answers are gathered here first, one per key (the most recently used), then
+# appended to the fresh file's answers, whose keys are not unique until indexed.
+_STAGED = "temp.semframe_salvaged"
+_STAGED_SCHEMA = """CREATE TEMP TABLE IF NOT EXISTS semframe_salvaged (
+    key BLOB PRIMARY KEY, backend, model, text, tokens, prompt_tokens, cached_tokens,
+    cache_write_tokens, output_tokens, finish_reason, created, last_used, size)"""
 _HITS = "backend, model, hits"
 
 Row = tuple[Any, ...]
@@ -60,9 +66,10 @@ class Salvaged(NamedTuple):
 
 class _Table(NamedTuple):
     name: str
-    order: str  # the column rows are read in order of (the key, or rowid)
+    order: str  # the column rows are read in order of (rowid, read along and not copied)
     columns: str
-    check: Callable[[Row], bool]
+    check: Callable[[Row], bool]  # of a row as read, rowid first
+    into: str  # the table of the fresh file the rows are copied into
 
 
 _OVERHEAD = 128  # what the store counts per row besides its text (store._ROW_OVERHEAD)
@@ -124,9 +131,9 @@ def _hits_row(row: Row) -> bool:
 
 
 _TABLES = (
-    _Table("results", "key", _RESULTS, _results_row),
-    _Table("calls", "rowid", "rowid, " + _CALLS, _calls_row),
-    _Table("hits", "rowid", "rowid, " + _HITS, _hits_row),
+    _Table("results", "rowid", "rowid, " + _RESULTS, lambda row: _results_row(row[1:]), _STAGED),
+    _Table("calls", "rowid", "rowid, " + _CALLS, _calls_row, "calls"),
+    _Table("hits", "rowid", "rowid, " + _HITS, _hits_row, "hits"),
 )
 
 
@@ -205,8 +212,10 @@ def salvage(source: Path, target: sqlite3.Connection, *, version: int) -> Salvag
         into it first (a checkpoint); nothing else is written to it.
     target : sqlite3.Connection
         A fresh cache file with the schema in place, in autocommit mode.
-        Rows are committed every 2,000, so a salvage cut short (a full disk)
-        keeps what it copied.
+        Answers are gathered in a temporary table first (one per key: the
+        most recently used), then appended to ``results`` unindexed (the
+        caller indexes them); rows are committed 2,000 at a time, so a
+        salvage cut short (a full disk) keeps what it copied.
     version : int
         The schema version of the rows to copy; a file whose header says
         another version gives nothing.
@@ -216,6 +225,17 @@ def salvage(source: Path, target: sqlite3.Connection, *, version: int) -> Salvag
     Salvaged
         How many answers and call entries ``target`` holds afterwards.
     """
+    try:
+        target.execute(_STAGED_SCHEMA)
+        _gather(source, target, version)
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            _append_staged(target)
+    return _count(target)
+
+
+def _gather(source: Path, target: sqlite3.Connection, version: int) -> None:
+    """Copy the readable rows of ``source`` into ``target`` (answers into :data:`_STAGED`)."""
     whole = False
     try:
         db = sqlite3.connect(source, isolation_level=None, timeout=1.0)
@@ -232,7 +252,7 @@ def salvage(source: Path, target: sqlite3.Connection, *, version: int) -> Salvag
             db.execute("PRAGMA query_only = ON")
             (found,) = db.execute("PRAGMA user_version").fetchone()
             if found != version:
-                return _count(target)
+                return
             whole = True
             for table in _TABLES:  # every table, even after one met a damaged page
                 whole = _copy(db, table, target) and whole
@@ -243,7 +263,19 @@ def salvage(source: Path, target: sqlite3.Connection, *, version: int) -> Salvag
     if not whole:
         with contextlib.suppress(sqlite3.Error, OSError):
             _copy_pages(source, target)
-    return _count(target)
+
+
+def _append_staged(target: sqlite3.Connection) -> None:
+    """Append the gathered answers to ``results``, :data:`_BATCH` a transaction; drop them."""
+    columns = _RESULTS
+    (top,) = target.execute(f"SELECT max(rowid) FROM {_STAGED}").fetchone()
+    for lo in range(0, top or 0, _BATCH):
+        _writer(
+            target,
+            f"INSERT INTO results ({columns}) SELECT {columns} FROM {_STAGED} "
+            "WHERE rowid > ? AND rowid <= ?",
+        )([(lo, lo + _BATCH)])
+    target.execute(f"DROP TABLE {_STAGED}")
 
 
 def _writer(target: sqlite3.Connection, insert: str) -> Callable[[Sequence[Row]], None]:
@@ -262,10 +294,9 @@ def _writer(target: sqlite3.Connection, insert: str) -> Callable[[Sequence[Row]]
 
 def _copy(db: sqlite3.Connection, table: _Table, target: sqlite3.Connection) -> bool:
     """Copy what SQLite can read of ``table``; whether all of it could be read."""
-    skip = 0 if table.order == "key" else 1  # the rowid read along, not copied
-    columns = table.columns.split(", ")[skip:]
+    columns = table.columns.split(", ")[1:]  # the rowid read along, not copied
     insert = (
-        f"INSERT OR REPLACE INTO {table.name} ({', '.join(columns)}) "
+        f"INSERT OR REPLACE INTO {table.into} ({', '.join(columns)}) "
         f"VALUES ({', '.join('?' * len(columns))})"
     )
     write = _writer(target, insert)
@@ -274,7 +305,7 @@ def _copy(db: sqlite3.Connection, table: _Table, target: sqlite3.Connection) -> 
     def emit(row: Row) -> None:
         if not table.check(row):
             return
-        batch.append(row[skip:])
+        batch.append(row[1:])
         if len(batch) >= _BATCH:
             write(batch)
             batch.clear()
@@ -312,8 +343,10 @@ def _copy_pages(source: Path, target: sqlite3.Connection) -> None:
     write = {
         "results": _writer(
             target,
-            f"INSERT INTO results ({_RESULTS}) VALUES ({', '.join('?' * len(results))})"
-            + newer.format(", ".join(f"{c} = excluded.{c}" for c in results[1:]), "results"),
+            f"INSERT INTO {_STAGED} ({_RESULTS}) VALUES ({', '.join('?' * len(results))})"
+            + newer.format(
+                ", ".join(f"{c} = excluded.{c}" for c in results[1:]), _STAGED.split(".")[1]
+            ),
         ),
         "calls": _writer(
             target,

@@ -47,16 +47,28 @@ call finds it and serves every row without ordering or rendering anything;
 when a row's answer is missing (evicted, never stored) or no longer parses,
 the call takes the ordinary way and sends only what is missing.
 
-Answers are appended to a table in the order they are committed, found by
-an index of their keys (32 bytes each). Keys are digests, in random order: a
-table keyed by them directly took a random page write for every answer once
-it outgrew the page cache; now only the index, about a seventh of the
-table's size, takes random writes.
+Answers are appended to a table in the order they are committed and found
+by an index of their keys (32 bytes each, ``keyidx``: key to rowid) that is
+written in batches, in key order. Keys are digests, in random order: a table
+keyed by them took a random page write for every answer once it outgrew the
+page cache, and an index of them taking each commit's keys rewrote most of
+its pages at every commit. The answers past the last one indexed (the
+watermark) are indexed when they outnumber those indexed
+(:data:`MERGE_FACTOR`) and when the writing session closes; until then they
+are read past the watermark, newest first. A key stored again (an answer
+that no longer parsed, asked again) is appended too: the newest answer is the
+one found, and the older is deleted when the newer is indexed. Eviction
+leaves the keys of the answers it deletes in the index, pointing to nothing
+(or to a rowid given again, another key's answer): every answer read is
+matched to the keys asked by its own key, so such an entry finds nothing; the
+index is rebuilt once those keys outnumber the answers stored. Deleting the
+newest answers lowers the watermark (a trigger), so that a rowid given again
+is never below it.
 
 Eviction (past ``cache_max_mib``) removes answers and call entries alike,
-least recently used first; it scans the table, which is rare (it frees 10% of
-the cap at a time), so that storing an answer updates no index of last-used
-times.
+least recently used first (it frees 10% of the cap at a time), reading an
+index of last-used times and sizes: answers are stored with the time they
+come, so that index is appended to, not written at random.
 
 Examples
 --------
@@ -82,7 +94,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import operator
 import os
 import sqlite3
 import threading
@@ -155,12 +166,14 @@ complete, and a re-run sends only those requests again.
 TOUCH_SECONDS = 3600.0
 """A served entry's last-used time is refreshed only when older than this (LRU granularity)."""
 
-_SCHEMA_VERSION = 3  # PRAGMA user_version; see _create_schema for the older ones
+_SCHEMA_VERSION = 4  # PRAGMA user_version; see _create_schema for the older ones
 _TEXT_KEYS_VERSION = 2  # keys as hex text in a WITHOUT ROWID table: moved on open
+_KEY_INDEX_VERSION = 3  # a unique index of the keys on the answers' table: moved on open
 _ROW_OVERHEAD = 128  # bytes counted per row besides its text (key, numbers, index entries)
 _CHORE_WAIT = 0.1  # seconds bookkeeping alone (last-used times, hit counts) waits at close
 _CLEAR_WAIT = 10.0  # seconds `clear` waits for the write lock
-_TABLES = frozenset({"results", "calls", "hits", "meta"})
+_TABLES = frozenset({"results", "keyidx", "calls", "hits", "meta"})
+_OLD_TABLES = frozenset({"results", "calls", "hits", "meta"})  # versions 2 and 3
 _READ_ONLY_CODES = frozenset(
     {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM}
 )  # opening for writing failed: the file can still be read
@@ -175,7 +188,7 @@ Pair = tuple[int, tuple[Any, ...]]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
-    key BLOB PRIMARY KEY NOT NULL,
+    key BLOB NOT NULL,
     backend TEXT NOT NULL,
     model TEXT NOT NULL,
     text TEXT NOT NULL,
@@ -189,7 +202,8 @@ CREATE TABLE IF NOT EXISTS results (
     last_used REAL NOT NULL,
     size INTEGER NOT NULL
 );
-DROP INDEX IF EXISTS results_last_used;
+CREATE TABLE IF NOT EXISTS keyidx (key BLOB PRIMARY KEY, rid INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS results_lru ON results (last_used, size);
 CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY,
     keys BLOB NOT NULL,
@@ -206,6 +220,16 @@ CREATE TABLE IF NOT EXISTS hits (
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('bytes', 0);
+INSERT OR IGNORE INTO meta VALUES ('indexed', 0);
+INSERT OR IGNORE INTO meta VALUES ('dangling', 0);
+CREATE TRIGGER IF NOT EXISTS results_deleted AFTER DELETE ON results BEGIN
+    UPDATE meta SET value = min(value, coalesce((SELECT max(rowid) FROM results), 0))
+        WHERE name = 'indexed' AND NOT EXISTS (SELECT 1 FROM results WHERE rowid > old.rowid);
+END;
+CREATE TRIGGER IF NOT EXISTS keyidx_replaced AFTER UPDATE OF rid ON keyidx
+WHEN old.rid != new.rid BEGIN
+    DELETE FROM results WHERE rowid = old.rid AND key = new.key;
+END;
 """
 
 _RESULT_COLUMNS = (
@@ -224,13 +248,21 @@ _SERVED_LEAN = "text, tokens, last_used"  # a re-run that knows its call's usage
 _CHUNK = 500  # keys (or rowids) looked up by one statement
 _SCAN_ROWS = 65_536  # answers matched at a time while the whole table is read
 _INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_UPSERT = (
-    " ON CONFLICT (key) DO UPDATE SET text = excluded.text, tokens = excluded.tokens, "
-    "prompt_tokens = excluded.prompt_tokens, cached_tokens = excluded.cached_tokens, "
-    "cache_write_tokens = excluded.cache_write_tokens, output_tokens = excluded.output_tokens, "
-    "finish_reason = excluded.finish_reason, last_used = excluded.last_used, size = excluded.size"
+_INSERT = _INSERT_INTO + _INSERT_ROW
+# An answer found through the key index, or past the watermark: a commit marks answers
+# used before it appends its own, so that only answers another session left unindexed
+# (none, once it closed) are read past the watermark for each key.
+_TOUCH = (
+    "UPDATE results SET last_used = ?1 WHERE rowid = (SELECT rid FROM keyidx WHERE key = ?2) "
+    "OR (rowid > (SELECT value FROM meta WHERE name = 'indexed') AND key = ?2)"
 )
-_INSERT = _INSERT_INTO + _INSERT_ROW + _UPSERT
+# Index the answers past the watermark: in key order, each page of the key index is
+# written once, however many keys land on it; a key indexed already points to its
+# newer answer (the keyidx_replaced trigger deletes the older).
+_MERGE = (
+    "INSERT INTO keyidx (key, rid) SELECT key, rowid FROM results WHERE rowid > ? "
+    "ORDER BY key, rowid ON CONFLICT (key) DO UPDATE SET rid = excluded.rid"
+)
 
 MAX_PENDING = 200_000
 """Answers waiting for the writer beyond which :meth:`ResultCache.put` waits for it.
@@ -252,6 +284,27 @@ key in the index and reading its answer, wherever it is, until the table holds
 several times the answers asked for.
 """
 
+MERGE_ROWS = 65_536
+"""Answers not yet in the key index beyond which a commit indexes them (see :data:`MERGE_FACTOR`).
+
+New answers are appended to the answers' table and found, until they are
+indexed, by reading the table past the last answer indexed (the watermark);
+the end of a writing session indexes them all (:meth:`ResultCache.close`).
+"""
+
+MERGE_FACTOR = 1.0
+"""A commit indexes the answers past the watermark once they outnumber this times those indexed.
+
+Answers are appended in the order they come and indexed in batches, in key
+order: the key index's pages are each written once a batch, not once an
+answer. Keys are digests, in random order; an index taking them one commit
+at a time rewrote most of its pages at every commit once it outgrew the page
+cache (a 10,000,000-row run spent 410 s of its 589 s storing answers). A
+batch at least as large as what is indexed keeps the work of indexing
+proportional to the answers stored (each key is rewritten a bounded number of
+times), and the answers read past the watermark at most as many as indexed.
+"""
+
 ROWS_PER_INSERT = 2048
 """Answers written by one ``INSERT`` statement (fewer where SQLite allows fewer parameters).
 
@@ -264,9 +317,10 @@ the writer's time inserting (78 s to 41 s).
 
 
 def _insert_rows(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert (or replace) ``rows`` of the results table, :data:`ROWS_PER_INSERT` a statement.
+    """Append ``rows`` to the results table, :data:`ROWS_PER_INSERT` a statement.
 
-    Later rows replace earlier ones of the same key, as one statement per row would.
+    A key stored already is stored again; the newer answer is the one found,
+    and the older is deleted when the newer is indexed (:data:`_MERGE`).
     """
     width = len(rows[0]) if rows else 1
     per = max(1, min(ROWS_PER_INSERT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
@@ -277,17 +331,12 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> Non
             db.execute(_INSERT, chunk[0])
             continue
         if len(chunk) == per:
-            full = full or _INSERT_INTO + ",".join([_INSERT_ROW] * per) + _UPSERT
+            full = full or _INSERT_INTO + ",".join([_INSERT_ROW] * per)
             statement = full
         else:
-            statement = _INSERT_INTO + ",".join([_INSERT_ROW] * len(chunk)) + _UPSERT
+            statement = _INSERT_INTO + ",".join([_INSERT_ROW] * len(chunk))
         db.execute(statement, list(chain.from_iterable(chunk)))
 
-
-_row_key = operator.itemgetter(0)
-"""An answer's key in its row: rows are sorted by it alone, stably, so of two answers
-for one key the later is written last and kept (a sort of whole rows would order
-them by their text)."""
 
 _CALL_UPSERT = (
     " ON CONFLICT (key) DO UPDATE SET keys = excluded.keys, info = excluded.info, "
@@ -521,6 +570,7 @@ class ResultCache:
         self._writing = False
         self._idle = False  # the writer waits with nothing pending (put() must wake it)
         self._stopping = False
+        self._unindexed = False  # answers stored here are not all in the key index yet
         self._retry_at = 0.0
         self._last_commit = 0.0
         self._writer: threading.Thread | None = None
@@ -590,10 +640,11 @@ class ResultCache:
     def _create_schema(self) -> None:
         """Create the tables: in a new file, or in one of an older format.
 
-        A version 2 file keeps its answers: they are copied into this version's
-        table (keys as 32 bytes, in a table with a key index, not keyed by
-        text), in the same transaction. A file of any other version is emptied
-        (it is only a cache).
+        A version 2 file (keys as hex text, the table keyed by them) and a
+        version 3 file (keys as 32 bytes, a unique index of them on the
+        answers' table) keep their answers: they are copied into this
+        version's table and indexed, in the same transaction. A file of any
+        other version is emptied (it is only a cache).
         """
         self._db.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT_SECONDS * 1000)}")
         moved = None
@@ -606,9 +657,9 @@ class ResultCache:
                         "SELECT name FROM sqlite_master WHERE type = 'table'"
                     )
                 }
-                move = version == _TEXT_KEYS_VERSION and names >= _TABLES
+                move = version in (_TEXT_KEYS_VERSION, _KEY_INDEX_VERSION) and names >= _OLD_TABLES
                 if move:
-                    self._db.execute("ALTER TABLE results RENAME TO results_v2")
+                    self._db.execute("ALTER TABLE results RENAME TO results_old")
                 elif version != _SCHEMA_VERSION:
                     for kind, name in self._db.execute(
                         "SELECT type, name FROM sqlite_master "
@@ -618,7 +669,8 @@ class ResultCache:
                 for statement in _split_script(_SCHEMA):
                     self._db.execute(statement)
                 if move:
-                    moved = _move_text_keys(self._db)
+                    moved = _move_answers(self._db, text_keys=version == _TEXT_KEYS_VERSION)
+                    _index_tail(self._db, force=True)
                 self._db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
         finally:
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
@@ -710,6 +762,7 @@ class ResultCache:
             answers = len(self._pending) + len(self._calls)
         try:
             self.flush(None if answers else _CHORE_WAIT)
+            self._index_stored()
             with self._cond:
                 lost, calls, chores = len(self._pending), len(self._calls), len(self._chores)
                 self._pending.clear()
@@ -736,6 +789,28 @@ class ResultCache:
                 _log.debug("result cache: %d last-used or hit-count updates dropped", chores)
         finally:
             self._disconnect()
+
+    def _index_stored(self) -> None:
+        """Index the answers this cache stored that are not indexed yet (at :meth:`close`).
+
+        Waits for another process's write lock as a flush would; when it
+        cannot be had (or the write fails), the answers stay where they are,
+        found by reading past the watermark, and the next session to close
+        indexes them.
+        """
+        if not self._unindexed or self.read_only or self._broken:
+            return
+        wait = _CHORE_WAIT if self._gave_up else LOCK_WAIT_SECONDS
+        try:
+            with self._db_lock:
+                if self._disconnected:
+                    return
+                self._db.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+                with self._transaction():
+                    _index_tail(self._db, force=True)
+                self._unindexed = False
+        except sqlite3.Error as exc:
+            _log.debug("result cache: answers left to index later (%s)", exc)
 
     def _advice(self) -> str:
         if self._failure == "busy":
@@ -797,6 +872,7 @@ class ResultCache:
                 self._disconnected = False
                 found = salvage(damaged, self._db, version=_SCHEMA_VERSION) if damaged else None
                 with self._transaction():
+                    _index_tail(self._db, force=True)
                     self._recount_locked()
             except (OSError, sqlite3.Error) as failure:
                 self._generation += 1
@@ -1004,10 +1080,7 @@ class ResultCache:
         if not keys:
             return
         now = self.clock()
-        self._chore(
-            "UPDATE results SET last_used = ? WHERE key = ?",
-            [(now, _key_bytes(k)) for k in keys],
-        )
+        self._chore(_TOUCH, [(now, _key_bytes(k)) for k in keys])
 
     def count_hits(self, backend: str, model: str, hits: int) -> None:
         """Add ``hits`` served answers to the count of ``backend``/``model`` (``cache info``)."""
@@ -1246,7 +1319,7 @@ class ResultCache:
         Stops at the first single answer that does not fit (the disk is full);
         returns what was not stored. Bookkeeping that does not fit is dropped.
         """
-        rows = sorted(work.rows, key=_row_key)
+        rows = list(work.rows)
         left: list[tuple[Any, ...]] = []
         parts = deque([rows] if rows else [])
         with self._db_lock:
@@ -1281,21 +1354,29 @@ class ResultCache:
         calls: list[tuple[Any, ...]],
         chores: list[tuple[str, list[tuple[Any, ...]]]],
     ) -> None:
-        """One transaction: answers (in key order), call entries, bookkeeping, eviction."""
+        """One transaction: bookkeeping, answers (appended, maybe indexed), call entries, eviction.
+
+        The answers past the watermark are indexed when they outnumber those
+        indexed (:data:`MERGE_FACTOR`) or when the cache is closing.
+        """
         if not (rows or calls or chores):
             return
+        indexed = False
         with self._transaction():
-            if rows:
-                # In key order: the B-tree is filled page by page, not at random.
-                _insert_rows(self._db, sorted(rows, key=_row_key) if len(rows) > 1 else rows)
-            for call in calls:
-                _insert_call(self._db, call)
             for statement, params in chores:
                 self._db.executemany(statement, params)
+            if rows:
+                _insert_rows(self._db, rows)
+                self._unindexed = True
+                indexed = _index_tail(self._db, force=self._stopping)
+            for call in calls:
+                _insert_call(self._db, call)
             added = sum(row[-1] for row in rows) + sum(call[-1] for call in calls)
             if added:
                 self._db.execute("UPDATE meta SET value = value + ? WHERE name = 'bytes'", (added,))
                 self._evict_locked()
+        if indexed:
+            self._unindexed = False
 
     def _failed(self, exc: sqlite3.Error, kind: str, answers: int, stored: int) -> None:
         """Record a failed write; the first with answers is a warning, the others debug."""
@@ -1342,7 +1423,10 @@ class ResultCache:
 
         The ``bytes`` counter only ever over-counts (an answer that replaces
         another adds its size without taking the old one's off), so it is
-        recounted exactly before anything is evicted.
+        recounted exactly before anything is evicted. Both the recount and
+        the answers in last-used order are read from the ``results_lru``
+        index (last used, size), not from the table: at 3,000,000 answers
+        each eviction sorted the whole table, 10 s a time.
         """
         if self.max_bytes is None:
             return
@@ -1354,18 +1438,26 @@ class ResultCache:
             return
         excess = total - self.max_bytes * 9 // 10  # evict down to 90% so eviction is rare
         freed = 0
-        doomed: tuple[list[tuple[str]], list[tuple[str]]] = ([], [])
+        doomed: tuple[list[tuple[Any]], list[tuple[Any]]] = ([], [])
         for table, key, size, _ in self._db.execute(
-            "SELECT 0, key, size, last_used FROM results "
+            "SELECT 0, rowid, size, last_used FROM results "
             "UNION ALL SELECT 1, key, size, last_used FROM calls ORDER BY 4, 1, 2"
         ):
             doomed[table].append((key,))
             freed += size
             if freed >= excess:
                 break
-        self._db.executemany("DELETE FROM results WHERE key = ?", doomed[0])
+        # Out of the table, in the order it is stored; their keys stay in the key index,
+        # pointing to nothing, until it is rebuilt (_drop_dangling): taking a tenth of
+        # the answers out of it, at random keys, wrote most of its pages at every eviction.
+        rowids = sorted(rowid for (rowid,) in doomed[0])
+        self._db.executemany("DELETE FROM results WHERE rowid = ?", [(r,) for r in rowids])
         self._db.executemany("DELETE FROM calls WHERE key = ?", doomed[1])
         self._db.execute("UPDATE meta SET value = ? WHERE name = 'bytes'", (total - freed,))
+        self._db.execute(
+            "UPDATE meta SET value = value + ? WHERE name = 'dangling'", (len(rowids),)
+        )
+        _drop_dangling(self._db)
 
     def _recount_locked(self) -> int:
         """Sum the stored sizes exactly and store the sum in ``meta``."""
@@ -1441,11 +1533,18 @@ class ResultCache:
             try:
                 with self._transaction():
                     if older_than_days is None:
+                        self._db.execute("DELETE FROM keyidx")
+                        self._db.execute("UPDATE meta SET value = 0 WHERE name = 'dangling'")
                         cur = self._db.execute("DELETE FROM results")
                         self._db.execute("DELETE FROM hits")
                         self._db.execute("DELETE FROM calls")
                     else:
                         cutoff = self.clock() - older_than_days * 86400.0
+                        self._db.execute(
+                            "DELETE FROM keyidx WHERE rid IN "
+                            "(SELECT rowid FROM results WHERE last_used < ?)",
+                            (cutoff,),
+                        )
                         cur = self._db.execute("DELETE FROM results WHERE last_used < ?", (cutoff,))
                         self._db.execute("DELETE FROM calls WHERE last_used < ?", (cutoff,))
                     removed = cur.rowcount
@@ -1513,6 +1612,48 @@ def _key_bytes(key: str) -> bytes:
     return digest
 
 
+def _watermark(db: sqlite3.Connection) -> int:
+    """The largest rowid whose answer is in the key index (every answer up to it is)."""
+    row = db.execute("SELECT value FROM meta WHERE name = 'indexed'").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _index_tail(db: sqlite3.Connection, *, force: bool) -> bool:
+    """Index the answers past the watermark (in the caller's transaction); whether it did.
+
+    Without ``force``, only once they outnumber :data:`MERGE_ROWS` and
+    :data:`MERGE_FACTOR` times the answers indexed.
+    """
+    top = _top_rowid(db)
+    indexed = _watermark(db)
+    if top is None or top <= indexed:
+        return False
+    if not force and top - indexed < max(MERGE_ROWS, MERGE_FACTOR * indexed):
+        return False
+    db.execute(_MERGE, (indexed,))
+    db.execute("UPDATE meta SET value = ? WHERE name = 'indexed'", (top,))
+    return True
+
+
+def _drop_dangling(db: sqlite3.Connection) -> None:
+    """Rebuild the key index once the keys of evicted answers outnumber the answers stored.
+
+    Eviction leaves its answers' keys in the index (see ``_evict_locked``);
+    each is found pointing to nothing, or to another key's answer, and never
+    served. Rebuilt in key order from the answers stored, at most once every
+    time as many answers were evicted as are stored.
+    """
+    (dangling,) = db.execute("SELECT value FROM meta WHERE name = 'dangling'").fetchone()
+    if dangling < MERGE_ROWS:
+        return
+    (stored,) = db.execute("SELECT COUNT(*) FROM results").fetchone()
+    if dangling <= stored:
+        return
+    db.execute("DELETE FROM keyidx")
+    db.execute("UPDATE meta SET value = 0 WHERE name IN ('indexed', 'dangling')")
+    _index_tail(db, force=True)
+
+
 def _top_rowid(db: sqlite3.Connection) -> int | None:
     """The largest rowid of the results table; ``None`` while it holds no answer."""
     top: int | None = db.execute("SELECT max(rowid) FROM results").fetchone()[0]
@@ -1540,22 +1681,67 @@ def _each_stored(
 
     An entry is its ``columns``, then its key. Each chunk is ``(position among
     the keys asked, entry)`` pairs; a key asked at several positions is given
-    at each. A cache holding at most
-    :data:`SCAN_FACTOR` answers per distinct key asked is read whole, in the
-    order its answers are stored (a re-run of the only call cached), and
-    matched to the keys asked in numpy; otherwise each key's rowid comes from
-    the key index alone, in key order, then the answers in rowid order, the
-    order they are stored in (read in key order, they would be read from
-    pages all over the table). Only a chunk's entries are held at a time.
+    at each, and each position at most once: the newest answer of its key.
+
+    The answers not indexed yet (past the watermark; none once the session
+    that stored them closed) are read first, newest first. Then a cache
+    holding at most :data:`SCAN_FACTOR` answers per distinct key asked is read
+    whole, in the order its answers are stored (a re-run of the only call
+    cached), and matched to the keys asked in numpy; otherwise each key's
+    rowid comes from the key index alone, in key order, then the answers in
+    rowid order, the order they are stored in (read in key order, they would
+    be read from pages all over the table). Only a chunk's entries are held at
+    a time. Everything is read from one snapshot of the file.
     """
-    # At least as many as the answers stored (rowids are not reused, but skipped).
-    top = _top_rowid(db)
-    if top is None or not digests:
-        return  # nothing stored (a first run), or nothing asked: no key is even sorted
-    matcher = _Matcher.of(digests)
-    distinct = matcher.distinct
-    if top <= SCAN_FACTOR * distinct:
-        cursor = db.execute(f"SELECT {columns}, key FROM results")
+    if not digests:
+        return
+    own = not db.in_transaction
+    if own:  # one snapshot: an answer indexed meanwhile is neither lost nor doubled
+        db.execute("BEGIN")
+    try:
+        # At least as many as the answers stored (rowids may be skipped).
+        top = _top_rowid(db)
+        if top is None:
+            return  # nothing stored (a first run): no key is even sorted
+        indexed = _watermark(db)
+        matcher = _Matcher.of(digests)
+        given: set[int] = set()  # positions given an answer not indexed yet
+        if top > indexed:
+            cursor = db.execute(
+                f"SELECT {columns}, key FROM results WHERE rowid > ? ORDER BY rowid DESC",
+                (indexed,),
+            )
+            while chunk := cursor.fetchmany(_SCAN_ROWS):
+                newest: list[Pair] = []
+                for i, row in matcher.matches(chunk):  # in the chunk's order: newest first
+                    if i not in given:
+                        given.add(i)
+                        newest.append((i, row))
+                yield newest
+        for pairs in _indexed_stored(db, matcher, columns, top, indexed):
+            yield [(i, row) for i, row in pairs if i not in given] if given else pairs
+    finally:
+        if own and db.in_transaction:
+            _end_read(db)
+
+
+def _end_read(db: sqlite3.Connection) -> None:
+    """End a read transaction, whatever ended the read (an error must not outlive it)."""
+    try:
+        db.execute("COMMIT")
+    except sqlite3.Error:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
+def _indexed_stored(
+    db: sqlite3.Connection, matcher: _Matcher, columns: str, top: int, indexed: int
+) -> Iterator[Iterable[Pair]]:
+    """The indexed answers (rowids up to ``indexed``) of the keys ``matcher`` asks for."""
+    if not indexed:
+        return
+    if top <= SCAN_FACTOR * matcher.distinct:
+        cursor = db.execute(f"SELECT {columns}, key FROM results WHERE rowid <= ?", (indexed,))
         while chunk := cursor.fetchmany(_SCAN_ROWS):
             yield matcher.matches(chunk)
         return
@@ -1564,7 +1750,7 @@ def _each_stored(
     for lo in range(0, len(ordered), _CHUNK):
         chunk_keys = ordered[lo : lo + _CHUNK]
         marks = ",".join("?" * len(chunk_keys))
-        sql = f"SELECT rowid, key FROM results WHERE key IN ({marks})"
+        sql = f"SELECT rid, key FROM keyidx WHERE key IN ({marks})"
         at.extend(db.execute(sql, chunk_keys))
     at.sort()
     rows: list[tuple[Any, ...]] = []
@@ -1668,20 +1854,29 @@ def _unhex(text: Any) -> bytes | None:
         return None
 
 
-def _move_text_keys(db: sqlite3.Connection) -> int:
-    """Copy the answers of a version 2 table (``results_v2``) into ``results``; drop it.
+def _move_answers(db: sqlite3.Connection, *, text_keys: bool) -> int:
+    """Copy the answers of an older version's table (``results_old``) into ``results``; drop it.
 
-    Runs inside the caller's transaction; returns how many answers were copied
-    (a row whose key is not a digest is left behind).
+    With ``text_keys`` (version 2) each key is turned from hex text into its
+    32 bytes. Runs inside the caller's transaction; returns how many answers
+    were copied (a row whose key is not a digest is left behind). Each key is
+    stored once in either older table.
     """
+    if not text_keys:
+        cursor = db.execute(
+            f"INSERT INTO results ({_RESULT_COLUMNS}) "
+            f"SELECT {_RESULT_COLUMNS} FROM results_old ORDER BY rowid"
+        )
+        db.execute("DROP TABLE results_old")
+        return max(cursor.rowcount, 0)
     db.create_function("semframe_unhex", 1, _unhex, deterministic=True)
     try:
         cursor = db.execute(
-            f"INSERT OR IGNORE INTO results ({_RESULT_COLUMNS}) "
+            f"INSERT INTO results ({_RESULT_COLUMNS}) "
             f"SELECT * FROM (SELECT semframe_unhex(key) AS key, {_RESULT_COLUMNS[5:]} "
-            "FROM results_v2 ORDER BY 1) WHERE key IS NOT NULL"
+            "FROM results_old) WHERE key IS NOT NULL"
         )
-        db.execute("DROP TABLE results_v2")
+        db.execute("DROP TABLE results_old")
     finally:
         db.create_function("semframe_unhex", 1, None)
     return max(cursor.rowcount, 0)
