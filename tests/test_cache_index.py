@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from semframe.backends.base import Completion, Usage
 from semframe.backends.fake import FakeBackend
 from semframe.cache import store
+from semframe.cache.salvage import salvage
 from semframe.cache.store import FILENAME, ResultCache
 
 
@@ -324,3 +325,28 @@ def test_every_answer_stored_is_found_the_newest_once(
     rows, indexed, mark, top = state(path)
     index_is_true(path)
     assert rows == indexed == len(model) + 1 and mark == top
+
+
+def test_salvage_keeps_the_latest_used_answer_of_a_key_stored_twice(tmp_path: Path) -> None:
+    path = tmp_path / FILENAME
+    fake = FakeBackend()
+    key = digest("k")
+    with ResultCache(path, clock=lambda: 1000.0) as cache:
+        cache.put(key, fake, answer("old"))
+        cache.put(digest("other"), fake, answer("other"))
+    crashed = ResultCache(path, clock=lambda: 2000.0)
+    crashed.put(key, fake, answer("new"))
+    crashed.flush()
+    crashed._disconnect()  # "new" not indexed: the file holds both answers of the key
+    assert state(path)[:3] == (3, 2, 2)
+    fresh = ResultCache(tmp_path / "fresh" / FILENAME)
+    try:
+        found = salvage(path, fresh._db, version=store._SCHEMA_VERSION)
+        assert found.answers == 2
+        with fresh._transaction():
+            store._index_tail(fresh._db, force=True)
+        texts = {k: e.text for k, e in fresh.get_many([key, digest("other")]).items()}
+    finally:
+        fresh.close()
+    assert texts == {key: "new", digest("other"): "other"}
+    index_is_true(tmp_path / "fresh" / FILENAME)

@@ -53,6 +53,9 @@ _STAGED_SCHEMA = """CREATE TEMP TABLE IF NOT EXISTS semframe_salvaged (
     key BLOB PRIMARY KEY, backend, model, text, tokens, prompt_tokens, cached_tokens,
     cache_write_tokens, output_tokens, finish_reason, created, last_used, size)"""
 _HITS = "backend, model, hits"
+# A row read again (from the other end of a table, or from its page) replaces the one
+# copied only when used more recently.
+_NEWER = " ON CONFLICT DO UPDATE SET {sets} WHERE excluded.last_used {op} {table}.last_used"
 
 Row = tuple[Any, ...]
 
@@ -295,10 +298,14 @@ def _writer(target: sqlite3.Connection, insert: str) -> Callable[[Sequence[Row]]
 def _copy(db: sqlite3.Connection, table: _Table, target: sqlite3.Connection) -> bool:
     """Copy what SQLite can read of ``table``; whether all of it could be read."""
     columns = table.columns.split(", ")[1:]  # the rowid read along, not copied
-    insert = (
-        f"INSERT OR REPLACE INTO {table.into} ({', '.join(columns)}) "
-        f"VALUES ({', '.join('?' * len(columns))})"
-    )
+    values = f"({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    if table.into == _STAGED:  # a key stored twice (one not indexed yet): the latest used
+        sets = ", ".join(f"{c} = excluded.{c}" for c in columns[1:])
+        insert = f"INSERT INTO {_STAGED} {values}" + _NEWER.format(
+            sets=sets, op=">=", table=_STAGED.split(".")[1]
+        )
+    else:
+        insert = f"INSERT OR REPLACE INTO {table.into} {values}"
     write = _writer(target, insert)
     batch: list[Row] = []
 
@@ -337,21 +344,24 @@ class _File(NamedTuple):
 
 def _copy_pages(source: Path, target: sqlite3.Connection) -> None:
     """Copy the whole ``results`` and ``calls`` rows found on the file's pages."""
-    newer = " ON CONFLICT DO UPDATE SET {} WHERE excluded.last_used > {}.last_used"
     results = _RESULTS.split(", ")
     calls = _CALLS.split(", ")
     write = {
         "results": _writer(
             target,
             f"INSERT INTO {_STAGED} ({_RESULTS}) VALUES ({', '.join('?' * len(results))})"
-            + newer.format(
-                ", ".join(f"{c} = excluded.{c}" for c in results[1:]), _STAGED.split(".")[1]
+            + _NEWER.format(
+                sets=", ".join(f"{c} = excluded.{c}" for c in results[1:]),
+                op=">",
+                table=_STAGED.split(".")[1],
             ),
         ),
         "calls": _writer(
             target,
             f"INSERT INTO calls ({_CALLS}) VALUES ({', '.join('?' * len(calls))})"
-            + newer.format(", ".join(f"{c} = excluded.{c}" for c in calls[1:]), "calls"),
+            + _NEWER.format(
+                sets=", ".join(f"{c} = excluded.{c}" for c in calls[1:]), op=">", table="calls"
+            ),
         ),
     }
     batches: dict[str, list[Row]] = {"results": [], "calls": []}
