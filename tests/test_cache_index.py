@@ -350,3 +350,24 @@ def test_salvage_keeps_the_latest_used_answer_of_a_key_stored_twice(tmp_path: Pa
         fresh.close()
     assert texts == {key: "new", digest("other"): "other"}
     index_is_true(tmp_path / "fresh" / FILENAME)
+
+
+def test_answers_go_in_statements_of_a_few_sizes(tmp_path: Path) -> None:
+    """A connection keeps each statement it prepared: one per size of remainder held MBs."""
+    db = sqlite3.connect(tmp_path / "t.sqlite", isolation_level=None)
+    for statement in store._split_script(store._SCHEMA):
+        db.execute(statement)
+    sizes: set[int] = set()
+    db.set_trace_callback(lambda sql: sizes.add(sql.count("),(") + 1) if "INSERT" in sql else None)
+    stored = 0
+    for n in (5000, 3001, 77, 1, 2048):
+        rows = [
+            (digest(f"{n}-{i}").encode()[:32], "b", "m", "t", None, 1, 0, 0, 1, None, 1.0, 1.0, 1)
+            for i in range(n)
+        ]
+        store._insert_rows(db, rows)
+        stored += n
+        (count,) = db.execute("SELECT COUNT(*) FROM results").fetchone()
+        assert count == stored
+    db.close()
+    assert sizes <= {2**k for k in range(12)}, sizes
