@@ -53,9 +53,23 @@ _STAGED_SCHEMA = """CREATE TEMP TABLE IF NOT EXISTS semframe_salvaged (
     key BLOB PRIMARY KEY, backend, model, text, tokens, prompt_tokens, cached_tokens,
     cache_write_tokens, output_tokens, finish_reason, created, last_used, size)"""
 _HITS = "backend, model, hits"
-# A row read again (from the other end of a table, or from its page) replaces the one
-# copied only when used more recently.
-_NEWER = " ON CONFLICT DO UPDATE SET {sets} WHERE excluded.last_used {op} {table}.last_used"
+
+
+def _insert_newer(table: str, columns: str, op: str) -> str:
+    """An insert into ``table`` (``columns``, key first) that keeps the latest used row.
+
+    A row of a key already copied (read again, from the other end of a table
+    or from its page) is replaced only when ``excluded.last_used {op}
+    last_used``.
+    """
+    names = columns.split(", ")
+    sets = ", ".join(f"{c} = excluded.{c}" for c in names[1:])
+    bare = table.rpartition(".")[2]  # an upsert names the conflicting row without its schema
+    return (
+        f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(names))}) "
+        f"ON CONFLICT DO UPDATE SET {sets} WHERE excluded.last_used {op} {bare}.last_used"
+    )
+
 
 Row = tuple[Any, ...]
 
@@ -270,14 +284,14 @@ def _gather(source: Path, target: sqlite3.Connection, version: int) -> None:
 
 def _append_staged(target: sqlite3.Connection) -> None:
     """Append the gathered answers to ``results``, :data:`_BATCH` a transaction; drop them."""
-    columns = _RESULTS
     (top,) = target.execute(f"SELECT max(rowid) FROM {_STAGED}").fetchone()
+    write = _writer(
+        target,
+        f"INSERT INTO results ({_RESULTS}) SELECT {_RESULTS} FROM {_STAGED} "
+        "WHERE rowid > ? AND rowid <= ?",
+    )
     for lo in range(0, top or 0, _BATCH):
-        _writer(
-            target,
-            f"INSERT INTO results ({columns}) SELECT {columns} FROM {_STAGED} "
-            "WHERE rowid > ? AND rowid <= ?",
-        )([(lo, lo + _BATCH)])
+        write([(lo, lo + _BATCH)])
     target.execute(f"DROP TABLE {_STAGED}")
 
 
@@ -298,14 +312,13 @@ def _writer(target: sqlite3.Connection, insert: str) -> Callable[[Sequence[Row]]
 def _copy(db: sqlite3.Connection, table: _Table, target: sqlite3.Connection) -> bool:
     """Copy what SQLite can read of ``table``; whether all of it could be read."""
     columns = table.columns.split(", ")[1:]  # the rowid read along, not copied
-    values = f"({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
     if table.into == _STAGED:  # a key stored twice (one not indexed yet): the latest used
-        sets = ", ".join(f"{c} = excluded.{c}" for c in columns[1:])
-        insert = f"INSERT INTO {_STAGED} {values}" + _NEWER.format(
-            sets=sets, op=">=", table=_STAGED.split(".")[1]
-        )
+        insert = _insert_newer(_STAGED, ", ".join(columns), ">=")
     else:
-        insert = f"INSERT OR REPLACE INTO {table.into} {values}"
+        insert = (
+            f"INSERT OR REPLACE INTO {table.into} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})"
+        )
     write = _writer(target, insert)
     batch: list[Row] = []
 
@@ -344,25 +357,9 @@ class _File(NamedTuple):
 
 def _copy_pages(source: Path, target: sqlite3.Connection) -> None:
     """Copy the whole ``results`` and ``calls`` rows found on the file's pages."""
-    results = _RESULTS.split(", ")
-    calls = _CALLS.split(", ")
     write = {
-        "results": _writer(
-            target,
-            f"INSERT INTO {_STAGED} ({_RESULTS}) VALUES ({', '.join('?' * len(results))})"
-            + _NEWER.format(
-                sets=", ".join(f"{c} = excluded.{c}" for c in results[1:]),
-                op=">",
-                table=_STAGED.split(".")[1],
-            ),
-        ),
-        "calls": _writer(
-            target,
-            f"INSERT INTO calls ({_CALLS}) VALUES ({', '.join('?' * len(calls))})"
-            + _NEWER.format(
-                sets=", ".join(f"{c} = excluded.{c}" for c in calls[1:]), op=">", table="calls"
-            ),
-        ),
+        "results": _writer(target, _insert_newer(_STAGED, _RESULTS, ">")),
+        "calls": _writer(target, _insert_newer("calls", _CALLS, ">")),
     }
     batches: dict[str, list[Row]] = {"results": [], "calls": []}
     with source.open("rb") as f:
