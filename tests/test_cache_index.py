@@ -35,6 +35,20 @@ def answer(text: str) -> Completion:
     return Completion(0, text, Usage(3, 1, 0, 2), "stop")
 
 
+BIG = "x" * 10_000  # an answer of about 10 kB: a cap of 0.05 MiB holds about five
+
+
+def put_timed(
+    cache: ResultCache, names: range, now: list[float], step: float = 1.0, *, flush: bool = False
+) -> None:
+    """Store a :data:`BIG` answer of key ``k{i}`` for each ``i``, moving ``now`` by ``step``."""
+    for i in names:
+        now[0] += step
+        cache.put(digest(f"k{i}"), FakeBackend(), answer(BIG))
+        if flush:
+            cache.flush()
+
+
 def state(path: Path) -> tuple[int, int, int, int]:
     """(answers stored, keys indexed, watermark, largest rowid) of the file."""
     with sqlite3.connect(path) as db:
@@ -142,19 +156,12 @@ def test_a_long_session_indexes_as_it_goes(tmp_path: Path) -> None:
 
 def test_eviction_of_answers_indexed_or_not(tmp_path: Path) -> None:
     path = tmp_path / FILENAME
-    fake = FakeBackend()
     now = [1000.0]
-    text = "x" * 10_000
     with ResultCache(path, clock=lambda: now[0]) as cache:
-        for i in range(4):
-            now[0] += 1
-            cache.put(digest(f"k{i}"), fake, answer(text))
+        put_timed(cache, range(4), now)
     assert state(path) == (4, 4, 4, 4)
     with ResultCache(path, max_mib=0.05, clock=lambda: now[0]) as cache:  # ~5 answers
-        for i in range(4, 8):
-            now[0] += 1
-            cache.put(digest(f"k{i}"), fake, answer(text))
-            cache.flush()
+        put_timed(cache, range(4, 8), now, flush=True)
     rows, indexed, mark, top = state(path)
     assert rows == 4 and mark == top
     assert indexed == 8, "k0-k3 evicted, their keys still in the index; k4-k7 indexed at close"
@@ -167,17 +174,13 @@ def test_eviction_of_answers_indexed_or_not(tmp_path: Path) -> None:
 
 def test_the_index_is_rebuilt_once_evicted_keys_outnumber_the_answers(tmp_path: Path) -> None:
     path = tmp_path / FILENAME
-    fake = FakeBackend()
     now = [1000.0]
-    text = "x" * 10_000
     with (
         mock.patch.object(store, "MERGE_ROWS", 1),
         ResultCache(path, max_mib=0.05, clock=lambda: now[0]) as cache,
     ):
         for i in range(30):
-            now[0] += 1
-            cache.put(digest(f"k{i}"), fake, answer(text))
-            cache.flush()
+            put_timed(cache, range(i, i + 1), now, flush=True)
             rows, indexed, _, _ = state(path)
             assert indexed <= 2 * rows + 1, "rebuilt before evicted keys outnumber the answers"
         index_is_true(path)
@@ -190,11 +193,8 @@ def test_evicting_the_newest_answers_lowers_the_watermark(tmp_path: Path) -> Non
     path = tmp_path / FILENAME
     fake = FakeBackend()
     now = [1000.0]
-    text = "x" * 10_000
     with ResultCache(path, clock=lambda: now[0]) as cache:
-        for i in range(5):
-            now[0] -= 1  # each answer older than the one before: the newest go first
-            cache.put(digest(f"k{i}"), fake, answer(text))
+        put_timed(cache, range(5), now, -1.0)  # each older than the one before: newest go first
     assert state(path) == (5, 5, 5, 5)
     with ResultCache(path, max_mib=0.03, clock=lambda: now[0]) as cache:  # ~3 answers
         now[0] = 2000.0
