@@ -382,6 +382,18 @@ def test_a_new_replica_count_starts_a_new_pool() -> None:
     assert len(ray_executor.live_replicas()) == 2
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="reads /proc")
+def test_replicas_start_with_one_allocation_arena() -> None:
+    """A replica's process starts with MALLOC_ARENA_MAX (the driver's value, if it sets one)."""
+    _movies(8).llm.map(TEMPLATE, backend="fake", cache=False, **RAY)
+    want = os.environ.get("MALLOC_ARENA_MAX", "1")
+    for actor in ray_executor.live_replicas():
+        pid, _ = ray.get(actor.info.remote())
+        with open(f"/proc/{pid}/environ", "rb") as f:  # what the process started with
+            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        assert env[b"MALLOC_ARENA_MAX"] == want.encode()
+
+
 def test_settings_read_per_run_keep_the_replicas() -> None:
     """Only what the backend is built from (and the placement) starts new replicas."""
     df = _movies(8)

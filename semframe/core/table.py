@@ -555,10 +555,22 @@ class Table:
         return table
 
     def take(self, rows: Sequence[int]) -> Table:
-        """A table with only the rows at positions ``rows`` (in that order)."""
+        """A table with only the rows at positions ``rows`` (in that order).
+
+        Columns still in Arrow stay there (:meth:`ArrowCells.take`): taking
+        a few rows of a large frame converts none of its cells.
+
+        Examples
+        --------
+        >>> t = Table.from_columns({"a": ["x", "y", "z"]})
+        >>> t.take([2, 0]).cells["a"], t.take([]).n_rows
+        (('z', 'x'), 0)
+        """
+        if isinstance(self.cells, ArrowCells):
+            return Table(self.columns, self.cells.take(rows), len(rows))
         return Table(
             self.columns,
-            {c: tuple(v[r] for r in rows) for c, v in self.cells.items()},
+            {c: tuple(map(v.__getitem__, rows)) for c, v in self.cells.items()},
             len(rows),
         )
 
@@ -676,6 +688,32 @@ class ArrowCells(Mapping[str, tuple[str, ...]]):
         picked = ArrowCells(chosen, {c: self._sources[c] for c in columns if chosen[c] is None})
         picked.coded.update((c, self.coded[c]) for c in columns if c in self.coded)
         return picked
+
+    def take(self, rows: Sequence[int]) -> ArrowCells:
+        """The rows at positions ``rows``; columns not read yet are taken in Arrow, unread.
+
+        Examples
+        --------
+        >>> import pyarrow as pa
+        >>> cells = ArrowCells({"a": ("x", "y"), "b": None}, {"b": pa.array(["u", "v"])})
+        >>> part = cells.take([1])
+        >>> part.source("b").to_pylist(), dict(part)
+        (['v'], {'a': ('y',), 'b': ('v',)})
+        """
+        import pyarrow as pa
+
+        at = None
+        cells: dict[str, tuple[str, ...] | None] = {}
+        sources: dict[str, Any] = {}
+        for column, found in self._cells.items():
+            if found is None:
+                if at is None:
+                    at = pa.array(np.asarray(rows, dtype=np.int64), type=pa.int64())
+                sources[column] = self._sources[column].take(at)
+                cells[column] = None
+            else:
+                cells[column] = tuple(map(found.__getitem__, rows))
+        return ArrowCells(cells, sources)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._cells)

@@ -290,12 +290,16 @@ class Replica:
         cfg = settings
         shard = packed.plan()
         meter = _Meter(self.backend, answers=completions)
-        events: queue.SimpleQueue[Answer | BaseException | None] = queue.SimpleQueue()
+        # Answers not streamed yet, in the order they came: appended by the executor's
+        # thread, taken from the front by this one (each a single list operation,
+        # atomic under the interpreter's lock: no queue, no lock per answer).
+        done: list[Answer] = []
+        ended: list[BaseException | None] = []  # the executor's end: None, or what it raised
 
         def on_outcome(request_id: int, outcome: Outcome) -> None:
             usage, completion = meter.take(request_id)
             keep = completion if outcome.error_kind is None and outcome.error is None else None
-            events.put(Answer(request_id, outcome, keep, usage))
+            done.append(tuple.__new__(Answer, (request_id, outcome, keep, usage)))
 
         def work() -> None:
             try:
@@ -316,34 +320,25 @@ class Replica:
             except BudgetExceeded:
                 pass  # the driver said stop
             except BaseException as exc:
-                events.put(exc)
+                ended.append(exc)
                 return
-            events.put(None)
+            ended.append(None)
 
         threading.Thread(target=work, name=f"semframe-replica-{self.index}", daemon=True).start()
         while True:
-            item = events.get()
-            if isinstance(item, Answer):
-                # Let answers gather: woken for each one, this thread would take the
-                # interpreter's lock from the executor's once per answer.
-                time.sleep(GATHER_S)
-            batch: list[Answer] = []
-            while isinstance(item, Answer):
-                batch.append(item)
-                try:
-                    item = events.get_nowait()
-                except queue.Empty:
-                    item = _PENDING  # more will come
-                    break
-            if batch:
+            # Answers gather for GATHER_S between batches: woken for each one, this
+            # thread would take the interpreter's lock from the executor's once per answer.
+            time.sleep(GATHER_S)
+            over = bool(ended)  # read first: once it is set, every answer is in ``done``
+            n = len(done)
+            if n:
+                batch = done[:n]
+                del done[:n]
                 yield Answers.of(batch, completions=completions)
-            if item is None:
+            if over:
+                if ended[0] is not None:
+                    raise ended[0]
                 return
-            if isinstance(item, BaseException):
-                raise item
-
-
-_PENDING: Any = object()  # the replica's queue was empty: keep waiting
 
 
 def replica_settings(settings: ResolvedConfig, backend: Backend, replicas: int) -> ResolvedConfig:
@@ -539,12 +534,41 @@ def _pool_identity(settings: ResolvedConfig, backend: Backend) -> tuple[str, tup
     return hashlib.sha256(text.encode()).hexdigest(), (name, spec, cfg, env)
 
 
+REPLICA_ENV = {"MALLOC_ARENA_MAX": "1"}
+"""Environment variables a replica's process starts with, where the driver's sets none.
+
+``MALLOC_ARENA_MAX=1``: every thread allocates from the C library's main heap.
+A replica's requests run on a thread of their own, and a thread's own heap
+grows a page at a time (a ``mprotect`` call each): 65,663 calls in one
+replica's run of 200,000 fake requests, 2 with this setting, which the main
+heap grows in steps of 128 KiB. Set ``MALLOC_ARENA_MAX`` in the driver's
+environment to give replicas another value."""
+
+
+def replica_env() -> dict[str, str]:
+    """:data:`REPLICA_ENV`, with the driver's own values where it sets them.
+
+    Examples
+    --------
+    >>> from unittest import mock
+    >>> with mock.patch.dict("os.environ"):
+    ...     _ = os.environ.pop("MALLOC_ARENA_MAX", None)
+    ...     replica_env()
+    {'MALLOC_ARENA_MAX': '1'}
+    >>> with mock.patch.dict("os.environ", {"MALLOC_ARENA_MAX": "4"}):
+    ...     replica_env()
+    {'MALLOC_ARENA_MAX': '4'}
+    """
+    return {name: os.environ.get(name, value) for name, value in REPLICA_ENV.items()}
+
+
 def _start(ray: Any, index: int, args: tuple[Any, ...], cfg: Mapping[str, Any]) -> Any:
     actor_class = ray.remote(Replica).options(
         num_cpus=float(cfg["ray_num_cpus"]),
         num_gpus=float(cfg["ray_num_gpus"]),
         max_concurrency=2,  # stop() and info() reach a replica while it runs
         max_restarts=0,
+        runtime_env={"env_vars": replica_env()},
     )
     return actor_class.remote(index, *args)
 
