@@ -420,28 +420,28 @@ def test_a_late_batch_for_answered_rows_is_billed_not_placed() -> None:
     job = ray_executor._Job(0, (4, 2, 7))
     late = ray_executor._Job(1, (2, 7))
     first = Answers.of(
-        [
-            Answer(k, Outcome(f"a{k}", f"a{k}", None, None, 1), None, Usage(10, 4, 0, 3))
-            for k in (0, 1)
-        ],
-        completions=False,
+        [Answer(k, Outcome(f"a{k}", f"a{k}", None, None, 1), None) for k in (0, 1)],
+        usage=Usage(20, 8, 0, 6),
+        largest_output=3,
     )
     again = Answers.of(
-        [
-            Answer(k, Outcome(f"b{k}", f"b{k}", None, None, 2), None, Usage(10, 0, 0, 5))
-            for k in (0, 1)
-        ],
-        completions=False,
+        [Answer(k, Outcome(f"b{k}", f"b{k}", None, None, 2), None) for k in (0, 1)],
+        usage=Usage(20, 0, 0, 10),
+        largest_output=5,
     )
+    # usage billed before its answers came (an answer's earlier attempts)
+    billed = Answers.of([], usage=Usage(7, 0, 0, 1), largest_output=1)
     outcomes: list[Outcome | None] = [None] * 8
     totals, tallies = Totals(), [ray_executor._Tally(), ray_executor._Tally()]
     assert ray_executor._take(first, job, outcomes, totals, tallies[0], start=0.0) == [0, 1]
     # row 2 was answered by the first batch: only row 7 of the late batch is new
     assert ray_executor._take(again, late, outcomes, totals, tallies[1], start=0.0) == [1]
+    assert ray_executor._take(billed, late, outcomes, totals, tallies[1], start=0.0) == []
     values = [None if o is None else o.value for o in outcomes]
     assert values == [None, None, "a1", None, "a0", None, None, "b1"]
     assert totals.done == 3 and tallies[1].rows == 1
     # every attempt of both batches was sent and billed
     assert (totals.sent, totals.retries) == (6, 2)
-    assert (totals.prompt_tokens, totals.cached_tokens, totals.output_tokens) == (40, 8, 16)
-    assert (tallies[1].requests, tallies[1].prompt_tokens) == (4, 20)
+    assert (totals.prompt_tokens, totals.cached_tokens, totals.output_tokens) == (47, 8, 17)
+    assert (tallies[1].requests, tallies[1].prompt_tokens) == (4, 27)
+    assert totals.largest_output == 5

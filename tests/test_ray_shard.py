@@ -123,21 +123,26 @@ usages = st.builds(Usage, *(st.integers(0, 1000) for _ in range(4)))
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(outcomes, usages, st.booleans()), max_size=20), st.booleans())
+@given(
+    st.lists(st.tuples(outcomes, usages, st.booleans()), max_size=20),
+    usages,
+    st.integers(0, 1000),
+    st.booleans(),
+)
 def test_a_batch_of_answers_rebuilds_exactly(
-    items: list[tuple[Outcome, Usage, bool]], completions: bool
+    items: list[tuple[Outcome, Usage, bool]], usage: Usage, largest: int, completions: bool
 ) -> None:
     answers = [
-        Answer(k * 3, outcome, Completion(k * 3, f"text {k}", usage) if stored else None, usage)
-        for k, (outcome, usage, stored) in enumerate(items)
+        Answer(k * 3, outcome, Completion(k * 3, f"text {k}", used) if stored else None)
+        for k, (outcome, used, stored) in enumerate(items)
     ]
-    batch = pickle.loads(pickle.dumps(Answers.of(answers, completions=completions)))
+    packed = Answers.of(answers, usage=usage, largest_output=largest, completions=completions)
+    batch = pickle.loads(pickle.dumps(packed))
     assert len(batch) == len(answers)
     assert list(batch.ids) == [a.id for a in answers]
     assert batch.outcome_list() == [a.outcome for a in answers]
-    by_column = [Usage(*u) for u in zip(*batch.usage, strict=True)] if answers else []
-    assert by_column == [a.usage for a in answers]
-    if completions and answers:
+    assert (batch.usage, batch.largest_output) == (usage, largest)
+    if completions:
         assert list(batch.completions or ()) == [a.completion for a in answers]
     else:
         assert batch.completions is None

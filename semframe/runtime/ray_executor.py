@@ -146,12 +146,18 @@ def require_ray() -> Any:
         raise MissingDependencyError(msg) from None
 
 
-class _Meter:
-    """A backend that remembers each request's usage (every attempt) and last answer.
+_OUTPUT = Usage._fields.index("output_tokens")
 
-    The answers are kept only with ``answers`` (the driver stores them). A
-    request's attempts follow one another, never overlap, and each dict
-    operation is atomic: no lock is needed between the executor's workers.
+
+class _Meter:
+    """A backend that sums the usage of every attempt, and remembers each request's last answer.
+
+    The usage is summed with each batch of answers (:meth:`take_usage`): the
+    driver needs it per batch, not per answer. The answers are kept only
+    with ``answers`` (the driver stores them). The executor's workers may be
+    threads: each attempt's usage is appended to a list, and each request's
+    attempts follow one another, never overlap; a list append, its slice and
+    a dict operation are each atomic.
     """
 
     def __init__(self, inner: Backend, *, answers: bool = True) -> None:
@@ -162,28 +168,27 @@ class _Meter:
         self.capabilities: Capabilities = inner.capabilities
         self.cost: CostModel = inner.cost
         self._answers = answers
-        self._usage: dict[int, Usage] = {}
+        self._usage: list[Usage] = []  # each attempt's, since the last take_usage()
         self._last: dict[int, Completion] = {}
 
     def _seen(self, request: Request, completion: Completion) -> None:
-        u = completion.usage
-        was = self._usage.get(request.id)
-        self._usage[request.id] = (
-            u
-            if was is None
-            else Usage(
-                was.prompt_tokens + u.prompt_tokens,
-                was.cached_tokens + u.cached_tokens,
-                was.cache_write_tokens + u.cache_write_tokens,
-                was.output_tokens + u.output_tokens,
-            )
-        )
+        self._usage.append(completion.usage)
         if self._answers:
             self._last[request.id] = completion
 
-    def take(self, request_id: int) -> tuple[Usage, Completion | None]:
-        """The request's summed usage and last answer (forgotten here)."""
-        return self._usage.pop(request_id, Usage()), self._last.pop(request_id, None)
+    def take_usage(self) -> tuple[Usage, int]:
+        """The usage of the attempts since the last call, summed, and their largest output."""
+        n = len(self._usage)
+        if not n:
+            return Usage(), 0
+        taken = self._usage[:n]
+        del self._usage[:n]
+        columns = list(zip(*taken, strict=True))
+        return Usage(*map(sum, columns)), max(columns[_OUTPUT])
+
+    def take(self, request_id: int) -> Completion | None:
+        """The request's last answer (forgotten here); ``None`` without ``answers``."""
+        return self._last.pop(request_id, None) if self._answers else None
 
     def complete(self, request: Request, *, slot: int | None = None) -> Completion:
         completion = self.inner.complete(request, slot=slot)
@@ -297,9 +302,9 @@ class Replica:
         ended: list[BaseException | None] = []  # the executor's end: None, or what it raised
 
         def on_outcome(request_id: int, outcome: Outcome) -> None:
-            usage, completion = meter.take(request_id)
+            completion = meter.take(request_id)
             keep = completion if outcome.error_kind is None and outcome.error is None else None
-            done.append(tuple.__new__(Answer, (request_id, outcome, keep, usage)))
+            done.append(tuple.__new__(Answer, (request_id, outcome, keep)))
 
         def work() -> None:
             try:
@@ -331,10 +336,13 @@ class Replica:
             time.sleep(GATHER_S)
             over = bool(ended)  # read first: once it is set, every answer is in ``done``
             n = len(done)
-            if n:
-                batch = done[:n]
-                del done[:n]
-                yield Answers.of(batch, completions=completions)
+            batch = done[:n]
+            del done[:n]
+            usage, largest = meter.take_usage()  # after the answers: their attempts are in it
+            if batch or any(usage):
+                yield Answers.of(
+                    batch, usage=usage, largest_output=largest, completions=completions
+                )
             if over:
                 if ended[0] is not None:
                     raise ended[0]
@@ -1027,25 +1035,25 @@ def _take(
     already answered are dropped, but what they cost is counted: they were
     sent, and billed. Returns the positions in ``batch`` that were taken.
     """
-    ids = [job.ids[i] for i in batch.ids]
-    if not ids:
-        return []
-    fresh = [k for k, pos in enumerate(ids) if outcomes[pos] is None]
-    usage = batch.usage
-    attempts = batch.outcomes[Outcome._fields.index("attempts")]
-    prompt, cached, written, output = map(sum, usage)
-    sent = sum(attempts)
+    prompt, cached, written, output = batch.usage
     totals.prompt_tokens += prompt
     totals.cached_tokens += cached
     totals.cache_write_tokens += written
     totals.output_tokens += output
-    totals.largest_output = max(totals.largest_output, *usage[3])
-    totals.sent += sent
-    totals.retries += sent - sum(1 for a in attempts if a)
-    tally.requests += sent
+    totals.largest_output = max(totals.largest_output, batch.largest_output)
     tally.prompt_tokens += prompt
     tally.cached_tokens += cached
     tally.output_tokens += output
+    ids = [job.ids[i] for i in batch.ids]
+    if not ids:
+        tally.last = time.monotonic() - start
+        return []
+    fresh = [k for k, pos in enumerate(ids) if outcomes[pos] is None]
+    attempts = batch.outcomes[Outcome._fields.index("attempts")]
+    sent = sum(attempts)
+    totals.sent += sent
+    totals.retries += sent - sum(1 for a in attempts if a)
+    tally.requests += sent
     if fresh:
         values = batch.outcome_list()
         kinds = batch.outcomes[Outcome._fields.index("error_kind")]

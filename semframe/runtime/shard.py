@@ -42,14 +42,11 @@ class Answer(NamedTuple):
         What became of it.
     completion : Completion or None
         The answer to store in the result cache (parsed, not cut), else ``None``.
-    usage : Usage
-        Usage the backend reported for it, summed over its attempts.
     """
 
     id: int
     outcome: Outcome
     completion: Completion | None
-    usage: Usage
 
 
 class _Same(NamedTuple):
@@ -58,7 +55,8 @@ class _Same(NamedTuple):
     value: Any
 
 
-_ID, _OUTCOME, _KEPT, _USAGE = map(itemgetter, range(len(Answer._fields)))
+_ID, _OUTCOME, _KEPT = map(itemgetter, range(len(Answer._fields)))
+_NO_USAGE = Usage()
 
 _PER_REQUEST = Request._fields[3:]  # what a request carries besides its ids and prompt
 
@@ -242,38 +240,53 @@ class Answers:
         Each answer's position in the replica's shard.
     outcomes : tuple of tuple
         The :class:`~semframe.core.wire.Outcome` fields, one column each.
-    usage : tuple of tuple of int
-        The :class:`~semframe.core.wire.Usage` fields (summed over a request's
-        attempts), one column each.
+    usage : Usage
+        What the backend reported for the attempts the replica made since its
+        batch before, summed (an answer's attempts may be billed in an
+        earlier batch than the answer).
+    largest_output : int
+        The most output tokens of one of those attempts.
     completions : tuple of (Completion or None), or None
         The answers to store in the result cache, when the driver keeps one.
 
     Examples
     --------
     >>> o = Outcome("yes", "yes", None, None, 1)
-    >>> batch = Answers.of([Answer(3, o, None, Usage(10, 4, 0, 1))], completions=False)
+    >>> batch = Answers.of([Answer(3, o, None)], usage=Usage(10, 4, 0, 1), largest_output=1)
     >>> batch.ids, batch.outcome_list(), batch.usage
     ((3,), [Outcome(value='yes', raw='yes', error_kind=None, error=None, attempts=1, \
-logprobs=None)], ((10,), (4,), (0,), (1,)))
+logprobs=None)], Usage(prompt_tokens=10, cached_tokens=4, cache_write_tokens=0, output_tokens=1))
     """
 
     ids: tuple[int, ...]
     outcomes: tuple[tuple[Any, ...], ...]
-    usage: tuple[tuple[int, ...], ...]
+    usage: Usage
+    largest_output: int
     completions: tuple[Completion | None, ...] | None
 
     @classmethod
-    def of(cls, answers: Sequence[Answer], *, completions: bool) -> Answers:
-        """Pack ``answers``; their completions only when ``completions``."""
+    def of(
+        cls,
+        answers: Sequence[Answer],
+        *,
+        usage: Usage = _NO_USAGE,
+        largest_output: int = 0,
+        completions: bool = False,
+    ) -> Answers:
+        """Pack ``answers`` and the ``usage`` billed since the batch before.
+
+        Their completions go only with ``completions``.
+        """
         if not answers:
-            return cls((), ((),) * len(Outcome._fields), ((),) * len(Usage._fields), None)
+            empty = ((),) * len(Outcome._fields)
+            return cls((), empty, usage, largest_output, () if completions else None)
         # Column by column (``zip(*rows)`` took twice as long on a replica's batches).
         outcomes = tuple(map(_OUTCOME, answers))
-        usage = tuple(map(_USAGE, answers))
         return cls(
             tuple(map(_ID, answers)),
             tuple(tuple(map(itemgetter(k), outcomes)) for k in range(len(Outcome._fields))),
-            tuple(tuple(map(itemgetter(k), usage)) for k in range(len(Usage._fields))),
+            usage,
+            largest_output,
             tuple(map(_KEPT, answers)) if completions else None,
         )
 
