@@ -146,3 +146,20 @@ def test_a_batch_of_answers_rebuilds_exactly(
         assert list(batch.completions or ()) == [a.completion for a in answers]
     else:
         assert batch.completions is None
+
+
+def test_a_replica_meter_sums_every_attempt_once_per_batch() -> None:
+    """Usage goes with the next batch, summed over attempts; the last answer is kept apart."""
+    from semframe.backends.fake import FakeBackend
+    from semframe.core.wire import Request
+    from semframe.runtime.ray_executor import _Meter
+
+    meter = _Meter(FakeBackend(lambda r: "x" * (4 * (r.id + 1))), answers=True)
+    first, second = (Request(i, i, f"prompt {i} " * 10, None, 16, 0.0, None, i) for i in (0, 1))
+    done = [meter.complete(first), meter.complete(first), meter.complete(second)]  # a retry
+    usage, largest = meter.take_usage()
+    assert usage == Usage(*map(sum, zip(*(c.usage for c in done), strict=True)))
+    assert largest == max(c.usage.output_tokens for c in done) == 2
+    assert meter.take_usage() == (Usage(), 0)  # each attempt once
+    assert meter.take(0) is done[1] and meter.take(0) is None
+    assert _Meter(FakeBackend(), answers=False).take(0) is None
