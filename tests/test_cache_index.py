@@ -49,6 +49,13 @@ def put_timed(
             cache.flush()
 
 
+def put_numbered(cache: ResultCache, names: range) -> None:
+    """Store the answer ``a{i}`` of key ``k{i}`` for each ``i``."""
+    fake = FakeBackend()
+    for i in names:
+        cache.put(digest(f"k{i}"), fake, answer(f"a{i}"))
+
+
 def state(path: Path) -> tuple[int, int, int, int]:
     """(answers stored, keys indexed, watermark, largest rowid) of the file."""
     with sqlite3.connect(path) as db:
@@ -75,10 +82,8 @@ def index_is_true(path: Path) -> None:
 
 def test_answers_are_indexed_when_the_session_closes(tmp_path: Path) -> None:
     path = tmp_path / FILENAME
-    fake = FakeBackend()
     with ResultCache(path) as cache:
-        for i in range(20):
-            cache.put(digest(f"k{i}"), fake, answer(f"a{i}"))
+        put_numbered(cache, range(20))
         cache.flush()
         assert state(path) == (20, 0, 0, 20), "appended, not indexed yet"
         found = cache.get_many([digest(f"k{i}") for i in range(20)])
@@ -220,8 +225,7 @@ def test_an_answer_deleted_by_other_means_is_not_served(tmp_path: Path) -> None:
     path = tmp_path / FILENAME
     fake = FakeBackend()
     with ResultCache(path) as cache:
-        for i in range(3):
-            cache.put(digest(f"k{i}"), fake, answer(f"a{i}"))
+        put_numbered(cache, range(3))
     with sqlite3.connect(path) as db:
         db.execute("DELETE FROM results WHERE rowid = 3")  # k2, the newest
     db.close()
@@ -247,8 +251,7 @@ def test_clearing_empties_the_index(tmp_path: Path) -> None:
     path = tmp_path / FILENAME
     fake = FakeBackend()
     with ResultCache(path) as cache:
-        for i in range(5):
-            cache.put(digest(f"k{i}"), fake, answer(f"a{i}"))
+        put_numbered(cache, range(5))
     with ResultCache(path) as cache:
         assert cache.clear() == 5
         cache.put(digest("k0"), fake, answer("again"))
