@@ -248,7 +248,6 @@ _SERVED_LEAN = "text, tokens, last_used"  # a re-run that knows its call's usage
 _CHUNK = 500  # keys (or rowids) looked up by one statement
 _SCAN_ROWS = 65_536  # answers matched at a time while the whole table is read
 _INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_INSERT = _INSERT_INTO + _INSERT_ROW
 # An answer found through the key index, or past the watermark: a commit marks answers
 # used before it appends its own, so that only answers another session left unindexed
 # (none, once it closed) are read past the watermark for each key.
@@ -335,12 +334,7 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> Non
             size //= 2
         chunk = rows[at : at + size]
         at += size
-        if size == 1:
-            db.execute(_INSERT, chunk[0])
-        else:
-            db.execute(
-                _INSERT_INTO + ",".join([_INSERT_ROW] * size), list(chain.from_iterable(chunk))
-            )
+        db.execute(_INSERT_INTO + ",".join([_INSERT_ROW] * size), list(chain.from_iterable(chunk)))
 
 
 _CALL_UPSERT = (
