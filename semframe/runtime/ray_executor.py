@@ -1044,9 +1044,9 @@ def _take(
     tally.prompt_tokens += prompt
     tally.cached_tokens += cached
     tally.output_tokens += output
+    tally.last = time.monotonic() - start
     ids = [job.ids[i] for i in batch.ids]
     if not ids:
-        tally.last = time.monotonic() - start
         return []
     fresh = [k for k, pos in enumerate(ids) if outcomes[pos] is None]
     attempts = batch.outcomes[Outcome._fields.index("attempts")]
@@ -1066,5 +1066,4 @@ def _take(
         totals.done += len(ids)
         totals.errors += len(kinds) - kinds.count(None)
         tally.rows += len(ids)
-    tally.last = time.monotonic() - start
     return fresh
